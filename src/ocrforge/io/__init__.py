@@ -1,0 +1,1 @@
+"""Inputs (images, PDFs) and exporters."""

@@ -1,0 +1,278 @@
+"""Turn paths, bytes, arrays and PIL images into BGR uint8 pages, with clear errors.
+
+Every failure raises InputError naming the input. Pixel limits are checked from the
+file header before any pixel is decoded, so a decompression bomb costs nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
+
+Image.MAX_IMAGE_PIXELS = None  # we enforce our own limit (max_pixels) with a clear error
+
+IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".pbm", ".pgm", ".ppm"}
+PDF_EXTS = {".pdf"}
+MIN_SIDE = 2
+
+
+class InputError(ValueError):
+    """An input could not be read; the message names the input."""
+
+    def __init__(self, source: str, message: str):
+        super().__init__(f"{source}: {message}")
+        self.source = source
+        self.reason = message
+
+
+@dataclass
+class PageImage:
+    """One decoded page: BGR uint8 HxWx3."""
+
+    source: str
+    index: int
+    image: np.ndarray
+
+
+def describe(item: Any) -> str:
+    if isinstance(item, (str, os.PathLike)):
+        return str(item)
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return f"<{len(item)} bytes>"
+    if isinstance(item, np.ndarray):
+        return f"<array {item.shape} {item.dtype}>"
+    if isinstance(item, Image.Image):
+        return f"<PIL image {item.size} {item.mode}>"
+    return f"<{type(item).__name__}>"
+
+
+def sniff(data: bytes) -> str:
+    """Tell the container from its first bytes, never from a file name."""
+    head = data[:16]
+    if head.startswith(b"%PDF-") or b"%PDF-" in data[:1024]:
+        return "pdf"
+    if head.startswith(b"\x89PNG"):
+        return "png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "tiff"
+    if head.startswith(b"BM"):
+        return "bmp"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:2] in (b"P1", b"P2", b"P3", b"P4", b"P5", b"P6"):
+        return "pnm"
+    return "unknown"
+
+
+def iter_pages(
+    item: Any,
+    *,
+    max_pixels: int = 80_000_000,
+    pdf_dpi: int = 200,
+    max_pdf_pages: int = 1000,
+    source: str | None = None,
+    rgb: bool = False,
+) -> Iterator[PageImage]:
+    """Yield every page of an input: one for an image, one per frame/page for TIFF and PDF.
+
+    ``rgb`` says a numpy array input is RGB (the default assumes BGR, OpenCV's order).
+    """
+    name = source or describe(item)
+    if isinstance(item, np.ndarray):
+        yield PageImage(name, 0, _array_to_bgr(item, name, max_pixels, rgb))
+        return
+    if isinstance(item, Image.Image):
+        _check_size(item.size, name, max_pixels)
+        yield PageImage(name, 0, _pil_to_bgr(item, name))
+        return
+    if isinstance(item, (str, os.PathLike)):
+        path = Path(item)
+        if path.is_dir():
+            raise InputError(name, "is a folder; pass the files in it (the CLI expands folders)")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise InputError(name, "file not found") from None
+        except OSError as e:
+            raise InputError(name, f"cannot read file ({e.strerror or e})") from None
+    elif isinstance(item, (bytes, bytearray, memoryview)):
+        data = bytes(item)
+    else:
+        raise InputError(name, "unsupported input type; pass a path, bytes, numpy array or PIL image")
+
+    if not data:
+        raise InputError(name, "empty file (0 bytes)")
+    kind = sniff(data)
+    if kind == "pdf":
+        yield from _pdf_pages(data, name, pdf_dpi, max_pixels, max_pdf_pages)
+        return
+    if kind == "unknown":
+        raise InputError(name, "not a supported image or PDF (unrecognised content)")
+    yield from _image_pages(data, name, kind, max_pixels)
+
+
+def load_image(item: Any, *, max_pixels: int = 80_000_000, rgb: bool = False) -> np.ndarray:
+    """The single page of an image input as BGR uint8; multi-page inputs are an error."""
+    pages = iter_pages(item, max_pixels=max_pixels, rgb=rgb)
+    first = next(pages)
+    if next(pages, None) is not None:
+        raise InputError(first.source, "has several pages; use read_pages()/read_many()")
+    return first.image
+
+
+def _check_size(size: tuple[int, int], name: str, max_pixels: int) -> None:
+    w, h = size
+    if w * h > max_pixels:
+        raise InputError(
+            name, f"image is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} "
+            "(possible decompression bomb; raise max_pixels if it is genuine)"
+        )
+    if w < MIN_SIDE or h < MIN_SIDE:
+        raise InputError(name, f"image is {w}x{h} pixels, too small to hold text")
+
+
+def _image_pages(data: bytes, name: str, kind: str, max_pixels: int) -> Iterator[PageImage]:
+    try:
+        img = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise InputError(name, f"corrupt or unsupported {kind} image") from None
+    except Exception as e:  # PIL raises a zoo of exceptions on hostile headers
+        raise InputError(name, f"corrupt {kind} image ({e})") from None
+    _check_size(img.size, name, max_pixels)
+    n_frames = getattr(img, "n_frames", 1) if kind in ("tiff", "gif", "webp") else 1
+    if kind == "jpeg":
+        # fast path: OpenCV decodes JPEG faster than PIL and applies EXIF orientation itself
+        arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        if arr is None:
+            raise InputError(name, "corrupt jpeg image (decoder failed)")
+        yield PageImage(name, 0, arr)
+        return
+    if n_frames == 1:
+        yield PageImage(name, 0, _pil_to_bgr(img, name))
+        return
+    for i, frame in enumerate(ImageSequence.Iterator(img)):
+        _check_size(frame.size, f"{name} [page {i + 1}]", max_pixels)
+        yield PageImage(name, i, _pil_to_bgr(frame.copy(), f"{name} [page {i + 1}]"))
+
+
+def _pil_to_bgr(img: Image.Image, name: str) -> np.ndarray:
+    try:
+        img = ImageOps.exif_transpose(img) or img
+        mode = img.mode
+        if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+            arr = np.asarray(img)
+            if arr.dtype != np.uint8:
+                top = max(int(arr.max()), 1)
+                scale = 255.0 / (65535.0 if top > 255 else 255.0)
+                arr = np.clip(arr.astype(np.float32) * scale, 0, 255).astype(np.uint8)
+            return cv2.cvtColor(arr, cv2.COLOR_GRAY2BGR)
+        if mode == "F":
+            arr = np.clip(np.asarray(img), 0, 255).astype(np.uint8)
+            return cv2.cvtColor(arr, cv2.COLOR_GRAY2BGR)
+        if mode in ("RGBA", "LA", "PA") or (mode == "P" and "transparency" in img.info):
+            # transparent pixels become white, the usual paper colour
+            rgba = img.convert("RGBA")
+            bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            img = Image.alpha_composite(bg, rgba)
+        rgb = np.asarray(img.convert("RGB"))
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(name, f"corrupt image data ({e})") from None
+    return cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+
+
+def _array_to_bgr(arr: np.ndarray, name: str, max_pixels: int, rgb: bool) -> np.ndarray:
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (1, 3, 4)):
+        raise InputError(name, "array must be HxW, HxWx1, HxWx3 or HxWx4")
+    _check_size((arr.shape[1], arr.shape[0]), name, max_pixels)
+    if arr.dtype == np.uint16:
+        arr = (arr >> 8).astype(np.uint8)
+    elif arr.dtype in (np.float32, np.float64):
+        arr = np.clip(arr * (255.0 if arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        raise InputError(name, f"unsupported array dtype {arr.dtype}")
+    if arr.ndim == 2 or arr.shape[2] == 1:
+        return cv2.cvtColor(arr.reshape(arr.shape[0], arr.shape[1]), cv2.COLOR_GRAY2BGR)
+    if arr.shape[2] == 4:
+        code = cv2.COLOR_RGBA2BGR if rgb else cv2.COLOR_BGRA2BGR
+        return cv2.cvtColor(arr, code)
+    if rgb:
+        return cv2.cvtColor(arr, cv2.COLOR_RGB2BGR)
+    return np.ascontiguousarray(arr)
+
+
+def _pdf_pages(
+    data: bytes, name: str, dpi: int, max_pixels: int, max_pages: int
+) -> Iterator[PageImage]:
+    import pypdfium2 as pdfium
+
+    try:
+        doc = pdfium.PdfDocument(data)
+    except Exception as e:
+        raise InputError(name, f"corrupt or encrypted PDF ({e})") from None
+    try:
+        n = len(doc)
+        if n == 0:
+            raise InputError(name, "PDF has no pages")
+        if n > max_pages:
+            raise InputError(name, f"PDF has {n} pages, over the limit of {max_pages}")
+        scale = dpi / 72.0
+        for i in range(n):
+            pname = f"{name} [page {i + 1}]"
+            try:
+                page = doc[i]
+                w, h = page.get_size()
+                pw, ph = int(round(w * scale)), int(round(h * scale))
+                if pw * ph > max_pixels:
+                    raise InputError(
+                        pname, f"page renders to {pw}x{ph} pixels at {dpi} dpi, over the "
+                        f"limit of {max_pixels:,}; lower --dpi"
+                    )
+                bitmap = page.render(scale=scale, fill_color=(255, 255, 255, 255))
+                arr = bitmap.to_numpy()
+                mode = bitmap.mode
+                page.close()
+            except InputError:
+                raise
+            except Exception as e:
+                raise InputError(pname, f"cannot render PDF page ({e})") from None
+            if arr.ndim == 2:
+                bgr = cv2.cvtColor(arr, cv2.COLOR_GRAY2BGR)
+            elif mode in ("BGRA", "BGRX"):
+                bgr = cv2.cvtColor(arr, cv2.COLOR_BGRA2BGR)
+            elif mode in ("RGBA", "RGBX"):
+                bgr = cv2.cvtColor(arr, cv2.COLOR_RGBA2BGR)
+            elif mode == "RGB":
+                bgr = cv2.cvtColor(arr, cv2.COLOR_RGB2BGR)
+            else:  # "BGR"
+                bgr = np.ascontiguousarray(arr[:, :, :3])
+            yield PageImage(name, i, bgr)
+    finally:
+        doc.close()
+
+
+def expand_paths(args: list[str]) -> list[str]:
+    """Files as given; folders expanded (sorted, recursive) to the images and PDFs inside."""
+    out: list[str] = []
+    for a in args:
+        p = Path(a)
+        if p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and f.suffix.lower() in IMAGE_EXTS | PDF_EXTS:
+                    out.append(str(f))
+        else:
+            out.append(a)
+    return out

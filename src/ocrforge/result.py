@@ -1,0 +1,101 @@
+"""Results: Page and Line, with a stable JSON form (schema ``ocrforge.page/1``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = "ocrforge.page/1"
+
+
+@dataclass
+class Line:
+    """One recognised text line.
+
+    ``poly`` holds four [x, y] corners in original image pixels, clockwise from top-left.
+    ``score`` is the mean character confidence in [0, 1].
+    """
+
+    text: str
+    poly: list[list[float]]
+    score: float
+    angle: int = 0  # 0 or 180 when the orientation classifier flipped the crop
+
+    @property
+    def bbox(self) -> tuple[float, float, float, float]:
+        xs = [p[0] for p in self.poly]
+        ys = [p[1] for p in self.poly]
+        return min(xs), min(ys), max(xs), max(ys)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "poly": [[round(float(x), 1), round(float(y), 1)] for x, y in self.poly],
+            "score": round(float(self.score), 4),
+            "angle": self.angle,
+        }
+
+
+@dataclass
+class Page:
+    """The text of one image or PDF page, lines in reading order."""
+
+    lines: list[Line]
+    width: int
+    height: int
+    source: str = ""
+    page_index: int = 0
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        """Lines joined in reading order: lines sharing a row are joined by a space."""
+        rows: list[list[Line]] = []
+        for line in self.lines:
+            if rows and _same_row(rows[-1][-1], line):
+                rows[-1].append(line)
+            else:
+                rows.append([line])
+        return "\n".join(" ".join(ln.text for ln in row) for row in rows)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "source": self.source,
+            "page": self.page_index,
+            "width": self.width,
+            "height": self.height,
+            "text": self.text,
+            "lines": [ln.to_dict() for ln in self.lines],
+            "timings_ms": {k: round(v * 1000.0, 3) for k, v in self.timings.items()},
+            "error": self.error,
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Page:
+        return cls(
+            lines=[Line(ln["text"], ln["poly"], ln["score"], ln.get("angle", 0)) for ln in d["lines"]],
+            width=d["width"],
+            height=d["height"],
+            source=d.get("source", ""),
+            page_index=d.get("page", 0),
+            timings={k: v / 1000.0 for k, v in d.get("timings_ms", {}).items()},
+            error=d.get("error"),
+        )
+
+
+def _same_row(a: Line, b: Line) -> bool:
+    """b continues a's row if b starts to the right and their vertical spans overlap mostly."""
+    ax0, ay0, ax1, ay1 = a.bbox
+    bx0, by0, bx1, by1 = b.bbox
+    overlap = min(ay1, by1) - max(ay0, by0)
+    return bx0 >= ax0 and overlap > 0.5 * min(ay1 - ay0, by1 - by0)

@@ -1,0 +1,83 @@
+"""ONNX Runtime execution with every session knob exposed through EngineConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ocrforge.config import EngineConfig
+
+_PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+}
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def provider_names(names: list[str]) -> list[str]:
+    """Map short names ("cuda", "tensorrt") to ONNX Runtime provider names and check them."""
+    available = ort.get_available_providers()
+    out = []
+    for n in names:
+        full = _PROVIDER_ALIASES.get(n.lower(), n)
+        if full not in available:
+            raise RuntimeError(
+                f"ONNX Runtime execution provider {full!r} is not available in this install "
+                f"(available: {', '.join(available)}). For CUDA/TensorRT install onnxruntime-gpu "
+                "and the matching CUDA/TensorRT libraries."
+            )
+        out.append(full)
+    if "CPUExecutionProvider" not in out:
+        out.append("CPUExecutionProvider")
+    return out
+
+
+def session_options(cfg: EngineConfig) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = cfg.intra_op_threads
+    so.inter_op_num_threads = cfg.inter_op_threads
+    so.graph_optimization_level = _OPT_LEVELS[cfg.graph_optimization]
+    so.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL
+        if cfg.execution_mode == "parallel"
+        else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    so.enable_mem_pattern = cfg.enable_mem_pattern
+    so.enable_cpu_mem_arena = cfg.enable_cpu_mem_arena
+    so.log_severity_level = 3
+    return so
+
+
+class OrtRuntime:
+    """One ONNX model in one InferenceSession."""
+
+    def __init__(self, model_path: str | Path, cfg: EngineConfig, precision: str = "fp32"):
+        self.path = Path(model_path)
+        self.precision = precision
+        providers = provider_names(cfg.providers)
+        self.device = "cpu" if providers[0] == "CPUExecutionProvider" else providers[0]
+        self.name = f"onnxruntime[{providers[0]}]"
+        self.session = ort.InferenceSession(
+            str(self.path), sess_options=session_options(cfg), providers=providers
+        )
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        out = self.session.run([self.output_name], {self.input_name: batch})[0]
+        return out if out.dtype == np.float32 else out.astype(np.float32)

@@ -1,0 +1,1 @@
+"""Scheduling: the page pipeline (decode | detect | recognise overlapped) and batching."""

@@ -1,0 +1,1 @@
+"""OCR stages: prepare inputs for a network and decode its outputs (no runtime inside)."""

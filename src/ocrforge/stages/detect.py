@@ -1,0 +1,175 @@
+"""Text detection with a DB (differentiable binarisation) network: prepare and decode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import pyclipper
+
+from ocrforge.models.registry import DetConstants
+
+
+@dataclass
+class DetInput:
+    tensor: np.ndarray  # 1x3xHxW float32
+    ratio_h: float
+    ratio_w: float
+    orig_h: int
+    orig_w: int
+
+
+def resize_shape(h: int, w: int, limit: int, limit_type: str = "max") -> tuple[int, int]:
+    """Target (h, w): aspect kept, both multiples of 32, long side <= limit ("max") or
+    short side >= limit ("min", capped so the long side stays <= 4000)."""
+    if limit_type == "max":
+        ratio = min(1.0, limit / max(h, w))
+    else:
+        ratio = max(1.0, limit / min(h, w))
+        if max(h, w) * ratio > 4000:
+            ratio = 4000 / max(h, w)
+    rh = max(32, int(round(h * ratio / 32)) * 32)
+    rw = max(32, int(round(w * ratio / 32)) * 32)
+    return rh, rw
+
+
+class DetPreprocessor:
+    def __init__(self, constants: DetConstants, limit: int, limit_type: str = "max"):
+        mean = np.array(constants.mean, np.float32)
+        std = np.array(constants.std, np.float32)
+        # (x/255 - mean)/std as one multiply-add per pixel
+        self.scale = (1.0 / (255.0 * std)).astype(np.float32)
+        self.offset = (-mean / std).astype(np.float32)
+        self.limit = limit
+        self.limit_type = limit_type
+
+    def __call__(self, img: np.ndarray) -> DetInput:
+        h, w = img.shape[:2]
+        rh, rw = resize_shape(h, w, self.limit, self.limit_type)
+        resized = cv2.resize(img, (rw, rh), interpolation=cv2.INTER_LINEAR) if (rh, rw) != (h, w) else img
+        x = resized.astype(np.float32)
+        x *= self.scale
+        x += self.offset
+        tensor = np.ascontiguousarray(x.transpose(2, 0, 1))[None]
+        return DetInput(tensor, rh / h, rw / w, h, w)
+
+
+def stack_padded(inputs: list[DetInput]) -> np.ndarray:
+    """Batch pages of different sizes by zero-padding (after normalisation) to the largest."""
+    if len(inputs) == 1:
+        return inputs[0].tensor
+    H = max(d.tensor.shape[2] for d in inputs)
+    W = max(d.tensor.shape[3] for d in inputs)
+    out = np.zeros((len(inputs), 3, H, W), np.float32)
+    for i, d in enumerate(inputs):
+        _, _, h, w = d.tensor.shape
+        out[i, :, :h, :w] = d.tensor[0]
+    return out
+
+
+class DBDecoder:
+    """Probability map -> quadrilaterals in original image coordinates."""
+
+    def __init__(self, thresh: float, box_thresh: float, unclip_ratio: float,
+                 max_candidates: int = 1000, min_size: int = 3):
+        self.thresh = thresh
+        self.box_thresh = box_thresh
+        self.unclip_ratio = unclip_ratio
+        self.max_candidates = max_candidates
+        self.min_size = min_size
+
+    def __call__(self, prob: np.ndarray, d: DetInput) -> list[np.ndarray]:
+        # prob: HxW of the resized page (padding, if any, already cut off)
+        rh, rw = prob.shape
+        bitmap = (prob > self.thresh).astype(np.uint8)
+        contours, _ = cv2.findContours(bitmap, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+        sx = d.orig_w / rw
+        sy = d.orig_h / rh
+        boxes = []
+        for contour in contours[: self.max_candidates]:
+            pts, sside = _mini_box(contour)
+            if sside < self.min_size:
+                continue
+            if _box_score(prob, pts) < self.box_thresh:
+                continue
+            expanded = _unclip(pts, self.unclip_ratio)
+            if expanded is None:
+                continue
+            box, sside = _mini_box(expanded.reshape(-1, 1, 2))
+            if sside < self.min_size + 2:
+                continue
+            box[:, 0] = np.clip(np.round(box[:, 0] * sx), 0, d.orig_w)
+            box[:, 1] = np.clip(np.round(box[:, 1] * sy), 0, d.orig_h)
+            box = _order_clockwise(box)
+            w = int(np.linalg.norm(box[0] - box[1]))
+            h = int(np.linalg.norm(box[0] - box[3]))
+            if w <= 3 or h <= 3:
+                continue
+            boxes.append(box.astype(np.float32))
+        return sort_reading_order(boxes)
+
+
+def _mini_box(contour: np.ndarray) -> tuple[np.ndarray, float]:
+    rect = cv2.minAreaRect(contour)
+    pts = cv2.boxPoints(rect)
+    pts = pts[np.argsort(pts[:, 0])]
+    left, right = pts[:2], pts[2:]
+    tl, bl = (left[0], left[1]) if left[0, 1] <= left[1, 1] else (left[1], left[0])
+    tr, br = (right[0], right[1]) if right[0, 1] <= right[1, 1] else (right[1], right[0])
+    return np.array([tl, tr, br, bl], np.float32), min(rect[1])
+
+
+def _box_score(prob: np.ndarray, box: np.ndarray) -> float:
+    """Mean probability inside the box polygon (on its bounding window only)."""
+    h, w = prob.shape
+    xmin = int(np.clip(np.floor(box[:, 0].min()), 0, w - 1))
+    xmax = int(np.clip(np.ceil(box[:, 0].max()), 0, w - 1))
+    ymin = int(np.clip(np.floor(box[:, 1].min()), 0, h - 1))
+    ymax = int(np.clip(np.ceil(box[:, 1].max()), 0, h - 1))
+    mask = np.zeros((ymax - ymin + 1, xmax - xmin + 1), np.uint8)
+    shifted = box.copy()
+    shifted[:, 0] -= xmin
+    shifted[:, 1] -= ymin
+    cv2.fillPoly(mask, shifted.reshape(1, -1, 2).astype(np.int32), 1)
+    return cv2.mean(prob[ymin : ymax + 1, xmin : xmax + 1], mask)[0]
+
+
+def _unclip(box: np.ndarray, ratio: float) -> np.ndarray | None:
+    """Grow the polygon by area*ratio/perimeter (the DB paper's offset)."""
+    area = cv2.contourArea(box)
+    length = cv2.arcLength(box.reshape(-1, 1, 2), True)
+    if length == 0:
+        return None
+    distance = area * ratio / length
+    off = pyclipper.PyclipperOffset()
+    off.AddPath(box.astype(np.int64).tolist(), pyclipper.JT_ROUND, pyclipper.ET_CLOSEDPOLYGON)
+    out = off.Execute(distance)
+    if len(out) != 1:
+        return None
+    return np.array(out[0], np.float32)
+
+
+def _order_clockwise(pts: np.ndarray) -> np.ndarray:
+    """tl, tr, br, bl."""
+    s = pts.sum(axis=1)
+    d = np.diff(pts, axis=1).ravel()
+    tl, br = pts[np.argmin(s)], pts[np.argmax(s)]
+    rest = np.delete(pts, [np.argmin(s), np.argmax(s)], axis=0)
+    if len(rest) != 2:  # degenerate (duplicate corners): fall back to the min-area order
+        return pts
+    d = np.diff(rest, axis=1).ravel()
+    tr, bl = rest[np.argmin(d)], rest[np.argmax(d)]
+    return np.array([tl, tr, br, bl], np.float32)
+
+
+def sort_reading_order(boxes: list[np.ndarray], row_tol: float = 10.0) -> list[np.ndarray]:
+    """Top-to-bottom, then left-to-right for boxes whose tops are within row_tol pixels."""
+    boxes = sorted(boxes, key=lambda b: (b[0][1], b[0][0]))
+    for i in range(len(boxes) - 1):
+        for j in range(i, -1, -1):
+            if abs(boxes[j + 1][0][1] - boxes[j][0][1]) < row_tol and boxes[j + 1][0][0] < boxes[j][0][0]:
+                boxes[j], boxes[j + 1] = boxes[j + 1], boxes[j]
+            else:
+                break
+    return boxes
