@@ -25,12 +25,18 @@ MIN_SIDE = 2
 
 
 class InputError(ValueError):
-    """An input could not be read; the message names the input."""
+    """An input could not be read; the message names the input.
 
-    def __init__(self, source: str, message: str):
+    ``kind`` classifies the failure for callers that map it (the HTTP server picks a status
+    code from it): "corrupt" (default), "empty", "unsupported", "too_many_pixels",
+    "too_many_pages", "too_small", "not_found".
+    """
+
+    def __init__(self, source: str, message: str, kind: str = "corrupt"):
         super().__init__(f"{source}: {message}")
         self.source = source
         self.reason = message
+        self.kind = kind
 
 
 @dataclass
@@ -104,22 +110,23 @@ def iter_pages(
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise InputError(name, "file not found") from None
+            raise InputError(name, "file not found", "not_found") from None
         except OSError as e:
             raise InputError(name, f"cannot read file ({e.strerror or e})") from None
     elif isinstance(item, (bytes, bytearray, memoryview)):
         data = bytes(item)
     else:
-        raise InputError(name, "unsupported input type; pass a path, bytes, numpy array or PIL image")
+        raise InputError(name, "unsupported input type; pass a path, bytes, numpy array or PIL image",
+                         "unsupported")
 
     if not data:
-        raise InputError(name, "empty file (0 bytes)")
+        raise InputError(name, "empty file (0 bytes)", "empty")
     kind = sniff(data)
     if kind == "pdf":
         yield from _pdf_pages(data, name, pdf_dpi, max_pixels, max_pdf_pages)
         return
     if kind == "unknown":
-        raise InputError(name, "not a supported image or PDF (unrecognised content)")
+        raise InputError(name, "not a supported image or PDF (unrecognised content)", "unsupported")
     yield from _image_pages(data, name, kind, max_pixels)
 
 
@@ -137,10 +144,10 @@ def _check_size(size: tuple[int, int], name: str, max_pixels: int) -> None:
     if w * h > max_pixels:
         raise InputError(
             name, f"image is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} "
-            "(possible decompression bomb; raise max_pixels if it is genuine)"
+            "(possible decompression bomb; raise max_pixels if it is genuine)", "too_many_pixels"
         )
     if w < MIN_SIDE or h < MIN_SIDE:
-        raise InputError(name, f"image is {w}x{h} pixels, too small to hold text")
+        raise InputError(name, f"image is {w}x{h} pixels, too small to hold text", "too_small")
 
 
 def _image_pages(data: bytes, name: str, kind: str, max_pixels: int) -> Iterator[PageImage]:
@@ -226,9 +233,10 @@ def _pdf_pages(
     try:
         n = len(doc)
         if n == 0:
-            raise InputError(name, "PDF has no pages")
+            raise InputError(name, "PDF has no pages", "empty")
         if n > max_pages:
-            raise InputError(name, f"PDF has {n} pages, over the limit of {max_pages}")
+            raise InputError(name, f"PDF has {n} pages, over the limit of {max_pages}",
+                             "too_many_pages")
         scale = dpi / 72.0
         for i in range(n):
             pname = f"{name} [page {i + 1}]"
@@ -239,7 +247,7 @@ def _pdf_pages(
                 if pw * ph > max_pixels:
                     raise InputError(
                         pname, f"page renders to {pw}x{ph} pixels at {dpi} dpi, over the "
-                        f"limit of {max_pixels:,}; lower --dpi"
+                        f"limit of {max_pixels:,}; lower --dpi", "too_many_pixels"
                     )
                 bitmap = page.render(scale=scale, fill_color=(255, 255, 255, 255))
                 arr = bitmap.to_numpy()
