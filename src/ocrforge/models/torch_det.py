@@ -1,0 +1,109 @@
+"""PP-OCRv6 small text detector (DB) as a native PyTorch module.
+
+Layout read off ppocrv6/small/det/det.onnx:
+backbone  Stem(24 -> 48) + 4 stages of MixerBlocks (48, 96, 192, 384 channels, strides 4..32)
+neck      RSE-FPN: per level 1x1 conv to 96 + residual SE; top-down nearest x2 + add;
+          per level depthwise 7x7 + 1x1 to 24 + residual SE; upsample to 1/4 and concat (96)
+head      DB probability branch: 3x3 conv + ReLU, 2x2/2 deconv + ReLU, 2x2/2 deconv, sigmoid
+Input: N x 3 x H x W with H, W multiples of 32, normalised with ImageNet mean/std.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ocrforge.models.torch_layers import SqueezeExcite, Stem, build_stages
+
+DET_STAGES = [(None, [1, 0]), ((2, 2), [1, 0]), ((2, 2), [1, 0, 1, 0]), ((2, 2), [1, 0])]
+
+
+class DetBackbone(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = Stem(24, 48)
+        self.stages = build_stages(48, DET_STAGES)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        x = self.stem(x)
+        feats = []
+        for stage in self.stages:
+            x = stage(x)
+            feats.append(x)
+        return feats  # strides 4, 8, 16, 32; channels 48, 96, 192, 384
+
+
+class RSEConv(nn.Module):
+    """Conv (no bias) followed by a residual squeeze-excitation: y + y * se(y)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, depthwise_first: bool = False):
+        super().__init__()
+        # the 7x7 depthwise (with bias) variant used on the output side of the neck
+        self.dw = nn.Conv2d(cin, cin, 7, padding=3, groups=cin) if depthwise_first else None
+        self.conv = nn.Conv2d(cin, cout, kernel, padding=kernel // 2, bias=False)
+        self.se = SqueezeExcite(cout, cout // 4, alpha=0.2, residual=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dw is not None:
+            x = self.dw(x)
+        return self.se(self.conv(x))
+
+
+class DetNeck(nn.Module):
+    def __init__(self, in_channels: tuple[int, ...] = (48, 96, 192, 384), width: int = 96):
+        super().__init__()
+        # ONNX order: level 5, 4, 3, 2 for the inputs, then 5, 4, 3, 2 for the outputs
+        self.ins = nn.ModuleList([RSEConv(c, width, 1) for c in reversed(in_channels)])
+        self.outs = nn.ModuleList([RSEConv(width, width // 4, 1, depthwise_first=True)
+                                   for _ in in_channels])
+
+    def forward(self, feats: list[torch.Tensor]) -> torch.Tensor:
+        c2, c3, c4, c5 = feats
+        in5, in4, in3, in2 = (m(f) for m, f in zip(self.ins, (c5, c4, c3, c2), strict=True))
+        out4 = in4 + F.interpolate(in5, scale_factor=2.0, mode="nearest")
+        out3 = in3 + F.interpolate(out4, scale_factor=2.0, mode="nearest")
+        out2 = in2 + F.interpolate(out3, scale_factor=2.0, mode="nearest")
+        p5, p4, p3, p2 = (m(f) for m, f in zip(self.outs, (in5, out4, out3, out2), strict=True))
+        return torch.cat([
+            F.interpolate(p5, scale_factor=8.0, mode="nearest"),
+            F.interpolate(p4, scale_factor=4.0, mode="nearest"),
+            F.interpolate(p3, scale_factor=2.0, mode="nearest"),
+            p2,
+        ], dim=1)
+
+
+class DBHead(nn.Module):
+    def __init__(self, cin: int = 96, mid: int = 24):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, mid, 3, padding=1)
+        self.up1 = nn.ConvTranspose2d(mid, mid, 2, stride=2)
+        self.up2 = nn.ConvTranspose2d(mid, 1, 2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv(x))
+        x = F.relu(self.up1(x))
+        return torch.sigmoid(self.up2(x))
+
+
+class DetNet(nn.Module):
+    """Page (N, 3, H, W) -> text probability map (N, 1, H, W)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = DetBackbone()
+        self.neck = DetNeck()
+        self.head = DBHead()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.neck(self.backbone(x)))
+
+
+def det_from_onnx(path: str | Path) -> DetNet:
+    from ocrforge.models.onnx_weights import load_into
+
+    net = DetNet()
+    load_into(net, path)
+    return net.eval()

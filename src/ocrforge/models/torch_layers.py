@@ -1,0 +1,101 @@
+"""Building blocks shared by the PP-OCRv6 detection and recognition backbones.
+
+Reconstructed from the ONNX graphs (see onnx_weights.py): an HGNetV2-style stem followed by
+RepViT-like blocks (depthwise 3x3 token mixer, optional squeeze-excitation, 1x1-GELU-1x1
+channel mixer). Every forward is shape-static: no Python branching on tensor values, no
+host-side shape constants.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class HardSigmoid(nn.Module):
+    """clamp(alpha * x + beta, 0, 1) (ONNX HardSigmoid; Paddle uses alpha 1/6 or 0.2)."""
+
+    def __init__(self, alpha: float, beta: float = 0.5):
+        super().__init__()
+        self.alpha = alpha
+        self.beta = beta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x * self.alpha + self.beta, 0.0, 1.0)
+
+
+class SqueezeExcite(nn.Module):
+    """x * hardsigmoid(W2 relu(W1 mean_hw(x))); with residual=True returns x + that."""
+
+    def __init__(self, channels: int, reduced: int, alpha: float, residual: bool = False):
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, reduced, 1)
+        self.expand = nn.Conv2d(reduced, channels, 1)
+        self.gate = HardSigmoid(alpha)
+        self.residual = residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = x.mean(dim=(2, 3), keepdim=True)
+        s = self.gate(self.expand(F.relu(self.reduce(s))))
+        return x + x * s if self.residual else x * s
+
+
+class Stem(nn.Module):
+    """Two-branch stem: 3x3/2 conv, then [2x2 max-pool | 2x2 conv -> 2x2 conv] (both 'same'
+    padded at the bottom/right), concat, 3x3/2 conv, 1x1 conv. Every conv is followed by ReLU."""
+
+    def __init__(self, mid: int, out: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, mid, 3, stride=2, padding=1)
+        self.conv2a = nn.Conv2d(mid, mid // 2, 2)
+        self.conv2b = nn.Conv2d(mid // 2, mid, 2)
+        self.conv3 = nn.Conv2d(mid * 2, mid, 3, stride=2, padding=1)
+        self.conv4 = nn.Conv2d(mid, out, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv1(x))
+        # ONNX auto_pad=SAME_UPPER with a 2x2 kernel and stride 1: one row/column at the end
+        a = F.relu(self.conv2a(F.pad(x, (0, 1, 0, 1))))
+        a = F.relu(self.conv2b(F.pad(a, (0, 1, 0, 1))))
+        # x >= 0 after ReLU, so zero padding gives the same maximum as ONNX's -inf padding
+        p = F.max_pool2d(F.pad(x, (0, 1, 0, 1)), 2, stride=1)
+        x = torch.cat([p, a], dim=1)
+        x = F.relu(self.conv3(x))
+        return F.relu(self.conv4(x))
+
+
+class MixerBlock(nn.Module):
+    """t = dw3x3(x) [* SE(t)]; f = 1x1(GELU(1x1(t))); out = t + f (residual) or f."""
+
+    def __init__(self, cin: int, hidden: int, cout: int, stride: tuple[int, int] = (1, 1),
+                 se: bool = False, residual: bool = True):
+        super().__init__()
+        self.dw = nn.Conv2d(cin, cin, 3, stride=stride, padding=1, groups=cin)
+        self.se = SqueezeExcite(cin, cin // 4, alpha=1.0 / 6.0) if se else None
+        self.pw1 = nn.Conv2d(cin, hidden, 1)
+        self.pw2 = nn.Conv2d(hidden, cout, 1)
+        self.residual = residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.dw(x)
+        if self.se is not None:
+            t = self.se(t)
+        f = self.pw2(F.gelu(self.pw1(t)))
+        return t + f if self.residual else f
+
+
+def build_stages(width: int, stages: list[tuple[tuple[int, int] | None, list[int]]]) -> nn.ModuleList:
+    """Stages of MixerBlocks. Each stage is (downsample stride or None, SE flag per block):
+    a downsample block doubles the width (dw stride, 1x1 to 2c, GELU, 1x1, no residual), the
+    other blocks keep it (1x1 to 2c, GELU, 1x1 back, residual)."""
+    out = nn.ModuleList()
+    c = width
+    for down, se_flags in stages:
+        blocks: list[nn.Module] = []
+        if down is not None:
+            blocks.append(MixerBlock(c, 2 * c, 2 * c, down, se=False, residual=False))
+            c *= 2
+        blocks += [MixerBlock(c, 2 * c, c, (1, 1), se=bool(f), residual=True) for f in se_flags]
+        out.append(nn.Sequential(*blocks))
+    return out
