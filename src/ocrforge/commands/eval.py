@@ -1,0 +1,85 @@
+"""`ocrforge eval`: accuracy (CER, detection P/R/F1, line accuracy) on a labeled data set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ocrforge.cli import add_engine_options, engine_config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="accuracy of an engine configuration on a labeled data set")
+    p.add_argument("dataset", help="folder with labels.jsonl and images/ (dev-set format)")
+    p.add_argument("--limit", type=int, help="only the first N records")
+    p.add_argument("--json", metavar="OUT", help="write the full result (per page too) as JSON here")
+    p.add_argument("--casefold", choices=["auto", "always", "never"], default="auto",
+                   help="case-insensitive comparison: auto = receipts only (SROIE labels are upper-case)")
+    p.add_argument("--single", action="store_true",
+                   help="one read() per image instead of the read_many pipeline")
+    p.add_argument("--per-page", action="store_true", help="also print one row per page")
+    add_engine_options(p)
+    p.set_defaults(func=run)
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if v is None else f"{100.0 * v:.2f}"
+
+
+def results_table(res: dict[str, Any], title: str):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("group", "pages", "ref lines", "CER %", "CER no-space %", "det P %", "det R %",
+                "det F1 %", "line acc %"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+
+    def row(name: str, g: dict[str, Any], style: str | None = None) -> None:
+        t.add_row(name, str(g["pages"]), str(g["lines"]), _pct(g["cer"]), _pct(g["cer_nospace"]),
+                  _pct(g["det_precision"]), _pct(g["det_recall"]), _pct(g["det_f1"]),
+                  _pct(g["line_acc"]), style=style)
+
+    row("overall", res["overall"], "bold")
+    for key, label in (("by_lang", "lang"), ("by_kind", "kind")):
+        t.add_section()
+        for name, g in res[key].items():
+            row(f"{label}={name}", g)
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ocrforge.config import atomic_write_text
+    from ocrforge.engine import OCR
+    from ocrforge.tools.eval import evaluate
+
+    cfg = engine_config_from_args(args)
+    engine = OCR(cfg)
+    res = evaluate(engine, args.dataset, args.limit, casefold=args.casefold, batch=not args.single)
+    con = Console(width=max(Console().width, 120))
+    desc = res["config"]
+    con.print(f"[bold]configuration[/] (ocrforge {desc['ocrforge']}, onnxruntime {desc['onnxruntime']}):")
+    con.print(json.dumps(desc["engine_config"], sort_keys=True), highlight=False, soft_wrap=True)
+    con.print("model files: " + ", ".join(f"{k}={v}" for k, v in desc["model_files"].items()),
+              highlight=False, soft_wrap=True)
+    o = res["options"]
+    con.print(f"scoring: {o['normalisation']}; case-insensitive: {o['casefold']} "
+              f"(auto = kinds {', '.join(o['casefold_kinds'])}); detection IoU >= {o['iou']}; "
+              f"{'read_many' if not args.single else 'read()'}; {res['elapsed_s']:.1f} s", highlight=False)
+    con.print(results_table(res, f"ocrforge eval {args.dataset}"))
+    if args.per_page:
+        t = Table(title="per page")
+        for col in ("image", "lang", "kind", "CER %", "ref chars", "TP", "FP", "FN", "correct", "error"):
+            t.add_column(col)
+        for s in res["pages"]:
+            t.add_row(s["image"], s["lang"], s["kind"], _pct(s["cer"]), str(s["ref_chars"]),
+                      *(str(s.get(k, "-")) for k in ("tp", "fp", "fn", "correct_lines")),
+                      s["error"] or "")
+        con.print(t)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(res, ensure_ascii=False, indent=2) + "\n")
+        con.print(f"wrote {args.json}")
+    return 1 if res["overall"]["errors"] else 0

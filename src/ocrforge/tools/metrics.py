@@ -1,0 +1,165 @@
+"""Accuracy metrics shared by `ocrforge eval`, `ocrforge bench` and the benchmarks.
+
+Definitions (docs/ACCURACY.md repeats them):
+
+* **Normalisation** (``normalize_text``): Unicode NFKC (full-width ASCII -> ASCII, compatibility
+  forms folded), then every run of whitespace becomes one space and the ends are stripped.
+  Nothing else is changed: punctuation and case count. ``casefold=True`` additionally
+  compares case-insensitively (``str.casefold``); ``eval`` turns it on for ``kind == "receipt"``
+  by default because the SROIE labels are upper-case (see ``CASEFOLD_KINDS``).
+* **CER** of a page = Levenshtein distance (insert, delete, substitute: cost 1 each) between
+  the normalised reference and hypothesis texts / length of the normalised reference.
+  The corpus CER is ``sum(edits) / sum(ref_len)`` (long pages weigh more); the mean of the
+  per-page CERs is reported next to it.
+* **Detection**: a hypothesis line matches a reference line when their polygons have
+  IoU >= 0.5; matching is one-to-one, greedy by descending IoU. Reference lines marked
+  ``ignore`` are don't-care: they are never counted as misses, and a hypothesis that is not
+  matched to a cared-for line and lies mostly (> 50 % of its area) inside ignore regions is not
+  counted as a false positive.
+* **Line accuracy** (end to end) = matched lines whose normalised texts are equal / cared-for
+  reference lines.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from rapidfuzz.distance import Levenshtein
+from shapely.geometry import Polygon
+from shapely.ops import unary_union
+
+_WS = re.compile(r"\s+")
+
+Poly = Sequence[Sequence[float]]
+
+
+def normalize_text(s: str, casefold: bool = False) -> str:
+    """NFKC, collapse whitespace runs to one space, strip; optionally case-fold."""
+    s = _WS.sub(" ", unicodedata.normalize("NFKC", s)).strip()
+    return s.casefold() if casefold else s
+
+
+def char_errors(ref: str, hyp: str, casefold: bool = False) -> tuple[int, int]:
+    """(edit distance, reference length) after ``normalize_text`` of both strings."""
+    r = normalize_text(ref, casefold)
+    h = normalize_text(hyp, casefold)
+    return Levenshtein.distance(r, h), len(r)
+
+
+def cer(ref: str, hyp: str, casefold: bool = False) -> float:
+    """Character error rate of one pair; an empty reference gives 0.0 (or 1.0 if hyp is not empty)."""
+    e, n = char_errors(ref, hyp, casefold)
+    if n == 0:
+        return 0.0 if e == 0 else 1.0
+    return e / n
+
+
+def to_polygon(poly: Poly) -> Polygon:
+    """A valid shapely polygon for a list of [x, y] corners (self-intersections repaired)."""
+    p = Polygon([(float(x), float(y)) for x, y in poly])
+    if not p.is_valid:
+        p = p.buffer(0)
+        if p.is_empty or p.area <= 0:
+            p = Polygon([(float(x), float(y)) for x, y in poly]).convex_hull
+    return p
+
+
+def poly_iou(a: Poly | Polygon, b: Poly | Polygon) -> float:
+    """Intersection over union of two polygons (0.0 when either has no area)."""
+    pa = a if isinstance(a, Polygon) else to_polygon(a)
+    pb = b if isinstance(b, Polygon) else to_polygon(b)
+    inter = pa.intersection(pb).area
+    union = pa.area + pb.area - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+@dataclass
+class Match:
+    """Result of ``match_lines``: index pairs (ref, hyp, iou) and the counts that follow."""
+
+    pairs: list[tuple[int, int, float]] = field(default_factory=list)
+    n_ref: int = 0  # cared-for reference lines
+    n_hyp: int = 0  # hypothesis lines that count (ignored ones excluded)
+    ignored_hyp: list[int] = field(default_factory=list)
+
+    @property
+    def tp(self) -> int:
+        return len(self.pairs)
+
+    @property
+    def fp(self) -> int:
+        return self.n_hyp - self.tp
+
+    @property
+    def fn(self) -> int:
+        return self.n_ref - self.tp
+
+
+def _bboxes(polys: Sequence[Poly]) -> np.ndarray:
+    if not polys:
+        return np.zeros((0, 4))
+    out = np.empty((len(polys), 4))
+    for i, p in enumerate(polys):
+        a = np.asarray(p, dtype=np.float64).reshape(-1, 2)
+        out[i] = a[:, 0].min(), a[:, 1].min(), a[:, 0].max(), a[:, 1].max()
+    return out
+
+
+def match_lines(ref_polys: Sequence[Poly], hyp_polys: Sequence[Poly],
+                ignore_mask: Sequence[bool] | None = None, iou: float = 0.5,
+                ignore_cover: float = 0.5) -> Match:
+    """One-to-one matching of hypothesis to reference lines at IoU >= ``iou``.
+
+    ``ignore_mask[i]`` marks reference line i as a don't-care region. Unmatched hypotheses
+    with more than ``ignore_cover`` of their area inside the union of ignore regions are
+    listed in ``ignored_hyp`` and not counted in ``n_hyp``.
+    """
+    ignore = list(ignore_mask) if ignore_mask is not None else [False] * len(ref_polys)
+    if len(ignore) != len(ref_polys):
+        raise ValueError("ignore_mask must have one entry per reference polygon")
+    care = [i for i, ig in enumerate(ignore) if not ig]
+    ign = [i for i, ig in enumerate(ignore) if ig]
+    rp = [to_polygon(ref_polys[i]) for i in care]
+    hp = [to_polygon(p) for p in hyp_polys]
+    rb, hb = _bboxes([ref_polys[i] for i in care]), _bboxes(hyp_polys)
+    cands: list[tuple[float, int, int]] = []
+    if len(rb) and len(hb):
+        # only polygons whose bounding boxes overlap can have IoU > 0
+        ov = ((rb[:, None, 0] < hb[None, :, 2]) & (hb[None, :, 0] < rb[:, None, 2])
+              & (rb[:, None, 1] < hb[None, :, 3]) & (hb[None, :, 1] < rb[:, None, 3]))
+        for a, b in zip(*np.nonzero(ov), strict=True):
+            v = poly_iou(rp[a], hp[b])
+            if v >= iou:
+                cands.append((v, int(a), int(b)))
+    cands.sort(key=lambda t: (-t[0], t[1], t[2]))
+    used_r: set[int] = set()
+    used_h: set[int] = set()
+    pairs = []
+    for v, a, b in cands:
+        if a in used_r or b in used_h:
+            continue
+        used_r.add(a)
+        used_h.add(b)
+        pairs.append((care[a], b, v))
+    ignored: list[int] = []
+    if ign:
+        region = unary_union([to_polygon(ref_polys[i]) for i in ign])
+        for j, p in enumerate(hp):
+            if j in used_h or p.area <= 0:
+                continue
+            if p.intersection(region).area / p.area > ignore_cover:
+                ignored.append(j)
+    pairs.sort()
+    return Match(pairs, len(care), len(hyp_polys) - len(ignored), ignored)
+
+
+def prf(tp: int, n_hyp: int, n_ref: int) -> tuple[float, float, float]:
+    """Precision, recall, F1 (an empty side counts as perfect: 1.0)."""
+    p = tp / n_hyp if n_hyp else 1.0
+    r = tp / n_ref if n_ref else 1.0
+    f = 2 * p * r / (p + r) if p + r else 0.0
+    return p, r, f
