@@ -13,6 +13,7 @@ import sys
 COMMANDS = [
     "ocrforge.commands.read",
     "ocrforge.commands.models",
+    "ocrforge.commands.eval",
 ]
 
 
