@@ -1,0 +1,98 @@
+"""`ocrforge serve`: the HTTP service (FastAPI + uvicorn) with dynamic batching."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ocrforge.cli import add_engine_options, engine_config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="run the HTTP OCR service (POST /v1/ocr, demo page at /)",
+        description="HTTP OCR service with dynamic batching. Needs the 'serve' extra: "
+        "pip install 'ocrforge[serve]'. See docs/SERVING.md.")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="engine replicas, one inference thread each (default 1)")
+    p.add_argument("--devices", help="one engine per device, comma separated, e.g. cuda:0,cuda:1")
+    b = p.add_argument_group("batching and limits")
+    b.add_argument("--max-batch-pages", type=int, default=8,
+                   help="pages merged into one engine call (default 8)")
+    b.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long the oldest queued page may wait for a batch to fill (default 10)")
+    b.add_argument("--no-batching", action="store_true", help="one page per engine call")
+    b.add_argument("--det-batch", type=int, help="pages per detection call inside a batch "
+                   "(EngineConfig.det_batch_size; pages are padded to the largest)")
+    b.add_argument("--queue-size", type=int, default=64,
+                   help="requests admitted at once (decoding, queued, running); beyond: 429")
+    b.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, s (504)")
+    b.add_argument("--max-upload-mb", type=float, default=32.0, help="upload limit (413)")
+    b.add_argument("--max-pixels", type=int, default=40_000_000,
+                   help="pixels per page (decompression bombs: 422)")
+    b.add_argument("--max-pdf-pages", type=int, default=50, help="pages per PDF (422)")
+    b.add_argument("--dpi", type=int, help="PDF render resolution (default 200)")
+    b.add_argument("--decode-threads", type=int, default=2, help="image/PDF decode threads")
+    b.add_argument("--api-key", help="require this key (else env OCRFORGE_API_KEY) on every "
+                   "endpoint but /healthz and /readyz")
+    b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
+    b.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    b.add_argument("--no-access-log", action="store_true", help="no per-request log lines")
+    add_engine_options(p)
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace):
+    from ocrforge.server.settings import ServerSettings
+
+    cfg = engine_config_from_args(args)
+    if args.dpi:
+        cfg = cfg.with_(pdf_dpi=args.dpi)
+    if args.det_batch:
+        cfg = cfg.with_(det_batch_size=args.det_batch)
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    s = ServerSettings(
+        engine=cfg,
+        workers=args.workers,
+        devices=devices,
+        max_batch_pages=1 if args.no_batching else args.max_batch_pages,
+        max_wait_ms=0.0 if args.no_batching else args.max_wait_ms,
+        queue_size=args.queue_size,
+        request_timeout_s=args.timeout,
+        max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+        max_pixels=args.max_pixels,
+        max_pdf_pages=args.max_pdf_pages,
+        decode_threads=args.decode_threads,
+        api_key=args.api_key or os.environ.get("OCRFORGE_API_KEY") or None,
+        warmup=not args.no_warmup,
+    )
+    s.validate()
+    return s
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ocrforge.server.app import create_app
+    except ImportError as e:
+        print(f"ocrforge: error: serving needs the 'serve' extra ({e.name} is missing): "
+              "pip install 'ocrforge[serve]'", file=sys.stderr)
+        return 2
+    from ocrforge.models.registry import resolve_models
+
+    settings = settings_from_args(args)
+    # fail fast on a wrong model set or folder; the engines themselves load after startup
+    resolve_models(settings.engine.model_set, settings.engine.model_dir)
+    app = create_app(settings)
+    auth = "API key required" if settings.api_key else "no API key"
+    print(f"ocrforge: serving on http://{args.host}:{args.port} ({auth}); demo page at /, "
+          "API docs at /docs", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=not args.no_access_log,
+                timeout_graceful_shutdown=int(settings.request_timeout_s) + 5)
+    return 0

@@ -1,0 +1,294 @@
+"""Dynamic batching: pages of concurrent requests merged into one engine call.
+
+The event loop submits a Job (the decoded pages of one request) and awaits its future.
+One worker thread per engine takes pages from a shared FIFO queue and runs
+``engine.ocr_images(pages)`` (detection per page, recognition batched across all pages).
+A batch is dispatched when it holds ``max_batch_pages`` pages or when the oldest queued
+page has waited ``max_wait_ms`` (as in Triton's max_queue_delay), so a busy server never
+waits on purpose: pages that queued during the previous batch go out at once.
+
+Only pages whose requests asked for the same engine options (det_limit, cls) share a batch.
+Admission is bounded: ``admit()`` raises Overloaded when ``queue_size`` requests are already
+decoding, queued or running, so latency stays bounded and the caller can answer 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ocrforge.io.inputs import PageImage
+from ocrforge.result import Page
+
+if TYPE_CHECKING:
+    from ocrforge.engine import OCR
+
+EngineKey = tuple[int, bool]  # (det_limit_side, use_cls)
+
+
+class Overloaded(Exception):
+    """The admission queue is full; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float, limit: int):
+        super().__init__(f"server is at its limit of {limit} queued requests")
+        self.retry_after = retry_after
+        self.limit = limit
+
+
+class Stopped(Exception):
+    """The batcher is shutting down and takes no new work."""
+
+
+class Ticket:
+    """One admitted request's slot; release() is idempotent."""
+
+    def __init__(self, batcher: Batcher):
+        self._batcher = batcher
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._batcher._release()
+
+
+@dataclass
+class Job:
+    pages: list[PageImage]
+    key: EngineKey
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued: float = field(default_factory=time.perf_counter)
+    results: list[Page | None] = field(default_factory=list)
+    remaining: int = 0
+    started: float | None = None
+    infer_s: float = 0.0
+    batch_pages: int = 0  # largest batch (in pages) this job was part of
+    batch_requests: int = 0  # requests in that batch
+    cancelled: bool = False
+
+    @property
+    def queue_s(self) -> float:
+        return (self.started or self.enqueued) - self.enqueued
+
+
+@dataclass
+class _Item:
+    job: Job
+    index: int
+    enqueued: float
+
+
+def engine_view(engine: OCR, key: EngineKey, cls_runtime: Any | None) -> OCR:
+    """The engine with another det_limit / cls setting, sharing its loaded runtimes."""
+    det_limit, use_cls = key
+    cfg = engine.config
+    if det_limit == cfg.det_limit_side and use_cls == (engine.cls_rt is not None):
+        return engine
+    from ocrforge.stages.detect import DetPreprocessor
+
+    view = copy.copy(engine)
+    view.config = cfg.with_(det_limit_side=det_limit, use_cls=use_cls)
+    if det_limit != cfg.det_limit_side:
+        view.det_prep = DetPreprocessor(engine.models.model_set.det_constants, det_limit,
+                                        cfg.det_limit_type)
+    view.cls_rt = cls_runtime if use_cls else None
+    return view
+
+
+class Batcher:
+    """Dynamic batcher over one or more engines (one worker thread each)."""
+
+    def __init__(
+        self,
+        engines: list[OCR],
+        *,
+        max_batch_pages: int = 8,
+        max_wait_ms: float = 10.0,
+        queue_size: int = 64,
+        cls_runtimes: list[Any | None] | None = None,
+        on_batch: Callable[[int, int, float], None] | None = None,
+    ):
+        if not engines:
+            raise ValueError("at least one engine is needed")
+        self.engines = engines
+        self.max_batch_pages = max(1, max_batch_pages)
+        self.max_wait_s = max(0.0, max_wait_ms) / 1000.0
+        self.queue_size = queue_size
+        self._cls_runtimes = cls_runtimes or [e.cls_rt for e in engines]
+        self._on_batch = on_batch
+        self._cond = threading.Condition()
+        self._queue: deque[_Item] = deque()
+        self._admitted = 0
+        self._running_pages = 0
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+        self._page_s = 0.5  # running mean of engine seconds per page, for Retry-After
+
+    # ------------------------------------------------------------------ state
+    @property
+    def queued_pages(self) -> int:
+        return len(self._queue)
+
+    @property
+    def admitted(self) -> int:
+        return self._admitted
+
+    def default_key(self) -> EngineKey:
+        e = self.engines[0]
+        return (e.config.det_limit_side, e.cls_rt is not None)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        for i, eng in enumerate(self.engines):
+            t = threading.Thread(target=self._worker, args=(i, eng), name=f"ocrforge-engine-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Finish every queued page, then stop the workers. True if they all stopped."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    # ------------------------------------------------------------------ admission
+    def retry_after(self) -> float:
+        backlog = len(self._queue) + self._running_pages
+        return max(1.0, math.ceil(backlog * self._page_s / len(self.engines)))
+
+    def admit(self) -> Ticket:
+        """Reserve a slot for one request, or raise Overloaded / Stopped."""
+        with self._cond:
+            if self._stopping:
+                raise Stopped("server is shutting down")
+            if self._admitted >= self.queue_size:
+                raise Overloaded(self.retry_after(), self.queue_size)
+            self._admitted += 1
+        return Ticket(self)
+
+    def _release(self) -> None:
+        with self._cond:
+            self._admitted -= 1
+
+    # ------------------------------------------------------------------ submit
+    def submit(self, pages: list[PageImage], key: EngineKey | None = None) -> Job:
+        """Queue the pages of one admitted request; await ``job.future`` for the Pages."""
+        loop = asyncio.get_running_loop()
+        job = Job(pages, key or self.default_key(), loop.create_future(), loop)
+        job.results = [None] * len(pages)
+        job.remaining = len(pages)
+        if not pages:
+            job.future.set_result([])
+            return job
+        now = time.perf_counter()
+        with self._cond:
+            if self._stopping:
+                raise Stopped("server is shutting down")
+            self._queue.extend(_Item(job, i, now) for i in range(len(pages)))
+            self._cond.notify_all()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Drop the job's pages that have not started (its request timed out or went away)."""
+        with self._cond:
+            job.cancelled = True
+            if any(it.job is job for it in self._queue):
+                self._queue = deque(it for it in self._queue if it.job is not job)
+
+    # ------------------------------------------------------------------ workers
+    def _next_batch(self) -> list[_Item] | None:
+        """Called with the lock held; blocks until a batch is due. None: stop."""
+        while True:
+            if not self._queue:
+                if self._stopping:
+                    return None
+                self._cond.wait()
+                continue
+            head = self._queue[0]
+            key = head.job.key
+            chosen = [it for it in self._queue if it.job.key == key][: self.max_batch_pages]
+            wait = head.enqueued + self.max_wait_s - time.perf_counter()
+            if len(chosen) >= self.max_batch_pages or wait <= 0 or self._stopping:
+                ids = {id(it) for it in chosen}
+                self._queue = deque(it for it in self._queue if id(it) not in ids)
+                return chosen
+            self._cond.wait(wait)
+
+    def _worker(self, index: int, engine: OCR) -> None:
+        views: dict[EngineKey, OCR] = {}
+        while True:
+            with self._cond:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                self._running_pages += len(batch)
+            try:
+                self._execute(index, engine, views, batch)
+            finally:
+                with self._cond:
+                    self._running_pages -= len(batch)
+
+    def _execute(self, index: int, engine: OCR, views: dict[EngineKey, OCR],
+                 batch: list[_Item]) -> None:
+        key = batch[0].job.key
+        view = views.get(key)
+        if view is None:
+            view = views[key] = engine_view(engine, key, self._cls_runtimes[index])
+        jobs = list({id(it.job): it.job for it in batch}.values())
+        t0 = time.perf_counter()
+        for j in jobs:
+            if j.started is None:
+                j.started = t0
+        try:
+            pages = view.ocr_images([it.job.pages[it.index] for it in batch])
+            error: BaseException | None = None
+        except BaseException as e:  # an engine failure fails this batch's requests, not the server
+            pages, error = [], e
+        dt = time.perf_counter() - t0
+        self._page_s = 0.8 * self._page_s + 0.2 * (dt / len(batch))
+        if self._on_batch is not None:
+            try:
+                self._on_batch(len(batch), len(jobs), dt)
+            except Exception:
+                pass
+        for j in jobs:
+            j.infer_s += dt
+            if len(batch) > j.batch_pages:
+                j.batch_pages, j.batch_requests = len(batch), len(jobs)
+        if error is not None:
+            for j in jobs:
+                _resolve(j, error=error)
+            return
+        for it, page in zip(batch, pages, strict=True):
+            j = it.job
+            j.results[it.index] = page
+            j.remaining -= 1
+            if j.remaining == 0:
+                _resolve(j, result=j.results)
+
+
+def _resolve(job: Job, *, result: Any = None, error: BaseException | None = None) -> None:
+    def apply() -> None:
+        if job.future.done():  # timed out or cancelled meanwhile
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    try:
+        job.loop.call_soon_threadsafe(apply)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
