@@ -79,6 +79,13 @@ class OCR:
         A bad input does not stop the job: it yields a Page whose ``error`` names the input
         and the reason (``page.ok`` is False).
         """
+        cfg = self.config
+        if cfg.runtime == "torch" and cfg.device.startswith("cuda") and not cfg.use_cls:
+            # GPU throughput path: batches across pages, crops and CTC argmax on the device
+            from ocrforge.scheduling.gpu_pipeline import pipeline_for
+
+            yield from pipeline_for(self).run(items)
+            return
         from ocrforge.scheduling.pipeline import run_pipeline
 
         yield from run_pipeline(self, items, batch_pages=batch_pages)

@@ -79,10 +79,13 @@ class DBDecoder:
         self.max_candidates = max_candidates
         self.min_size = min_size
 
-    def __call__(self, prob: np.ndarray, d: DetInput) -> list[np.ndarray]:
-        # prob: HxW of the resized page (padding, if any, already cut off)
+    def __call__(self, prob: np.ndarray, d: DetInput,
+                 bitmap: np.ndarray | None = None) -> list[np.ndarray]:
+        # prob: HxW of the resized page (padding, if any, already cut off); bitmap: prob >
+        # thresh as uint8 when the caller binarised already (the GPU pipeline does it on device)
         rh, rw = prob.shape
-        bitmap = (prob > self.thresh).astype(np.uint8)
+        if bitmap is None:
+            bitmap = (prob > self.thresh).astype(np.uint8)
         contours, _ = cv2.findContours(bitmap, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
         sx = d.orig_w / rw
         sy = d.orig_h / rh

@@ -1,0 +1,218 @@
+"""PyTorch runtime: native networks (models/torch_*.py) with FP32/FP16/BF16, channels_last,
+torch.compile (inductor, static shapes) and CUDA graph capture per input shape.
+
+The Runtime contract (``run(np.float32 NCHW) -> np.float32``) is kept, so the normal engine
+runs on it, on the CPU too. ``forward(tensor)`` is the device-side entry the GPU pipeline
+uses (no host round trip).
+
+Knobs (EngineConfig): device, torch_precision, torch_compile, cuda_graphs. Environment:
+OCRFORGE_TORCH_COMPILE_MODE (default "default"; e.g. "max-autotune-no-cudagraphs"),
+OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 48), and TORCHINDUCTOR_CACHE_DIR
+(default: <user cache>/ocrforge/inductor, so a second start reuses compiled kernels).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from ocrforge.config import EngineConfig
+
+
+def user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ocrforge"
+
+
+def _set_compile_cache() -> None:
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_cache_dir() / "inductor"))
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+
+
+_set_compile_cache()
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def build_network(role: str, path: str | Path) -> nn.Module:
+    """The native network for a role, weights imported from its ONNX file."""
+    if role == "det":
+        from ocrforge.models.torch_det import det_from_onnx
+
+        return det_from_onnx(path)
+    if role == "rec":
+        from ocrforge.models.torch_rec import rec_from_onnx
+
+        return rec_from_onnx(path)
+    if role == "cls":
+        from ocrforge.models.torch_cls import cls_from_onnx
+
+        return cls_from_onnx(path)
+    raise ValueError(f"unknown network role {role!r} (det, rec or cls)")
+
+
+class _Fp32Out(nn.Module):
+    """Runs the network in its dtype; the final normalisation (softmax / sigmoid) in FP32,
+    so FP16/BF16 only change the network body, not the probabilities' resolution."""
+
+    def __init__(self, role: str, net: nn.Module):
+        super().__init__()
+        self.role = role
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.role == "rec":
+            return torch.softmax(self.net.logits(x).float(), dim=2)
+        return self.net(x).float()
+
+
+def resolve_device(name: str) -> torch.device:
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {name!r} asked for, but this PyTorch ({torch.__version__}) sees no CUDA GPU; "
+            "use --device cpu or install a CUDA build of PyTorch"
+        )
+    return dev
+
+
+class TorchRuntime:
+    """One network on one device. Thread-safe for run() (one call at a time per runtime)."""
+
+    def __init__(self, role: str, path: str | Path, cfg: EngineConfig, *,
+                 module: nn.Module | None = None):
+        self.role = role
+        self.path = Path(path)
+        self.precision = cfg.torch_precision
+        self.dtype = DTYPES[cfg.torch_precision]
+        self.dev = resolve_device(cfg.device)
+        self.device = str(self.dev)
+        self.cuda = self.dev.type == "cuda"
+        self.use_graphs = bool(cfg.cuda_graphs) and self.cuda
+        self.compiled = bool(cfg.torch_compile)
+        mode = os.environ.get("OCRFORGE_TORCH_COMPILE_MODE", "default")
+        self.name = "torch[" + ",".join(
+            [self.device, self.precision]
+            + (["compile:" + mode] if self.compiled else [])
+            + (["cudagraphs"] if self.use_graphs else [])
+        ) + "]"
+        t0 = time.perf_counter()
+        net = module if module is not None else build_network(role, path)
+        self.net = net.eval()
+        self.module = _Fp32Out(role, net).to(self.dev, self.dtype).eval()
+        if self.cuda:
+            self.module = self.module.to(memory_format=torch.channels_last)
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+        self.fn = self.module
+        if self.compiled:
+            import torch._dynamo as dynamo
+
+            # static shapes: one specialisation per shape bucket, kept side by side
+            dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
+            self.fn = torch.compile(self.module, mode=None if mode == "default" else mode,
+                                    dynamic=False, fullgraph=True)
+        self.load_s = time.perf_counter() - t0
+        self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
+        self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "48"))
+        self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
+        self._pinned: dict[tuple, torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ device side
+    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.dev, self.dtype, non_blocking=True)
+        return x.contiguous(memory_format=torch.channels_last) if self.cuda else x
+
+    @torch.inference_mode()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Device tensor in (any float dtype), float32 device tensor out. With cuda_graphs the
+        result is a view of the graph's static output: consume it before the next call."""
+        x = self._prepare(x)
+        if not self.use_graphs:
+            return self.fn(x)
+        key = (tuple(x.shape), x.dtype)
+        g = self._graphs.get(key)
+        if g is None:
+            if len(self._graphs) >= self._max_graphs:
+                return self.fn(x)
+            g = self._capture(x)
+            self._graphs[key] = g
+        graph, static_in, static_out = g
+        static_in.copy_(x)
+        graph.replay()
+        return static_out
+
+    def _capture(self, x: torch.Tensor) -> tuple:
+        static_in = x.clone()
+        s = torch.cuda.Stream(self.dev)
+        s.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(s):
+            for _ in range(2):  # warm-up: compilation, cuDNN/cuBLAS autotuning, allocations
+                self.fn(static_in)
+        torch.cuda.current_stream(self.dev).wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            static_out = self.fn(static_in)
+        return graph, static_in, static_out
+
+    def warmup(self, shapes: list[tuple[int, ...]]) -> float:
+        """Compile / capture the given input shapes now; returns seconds spent."""
+        t0 = time.perf_counter()
+        for shp in shapes:
+            self.forward(torch.zeros(shp, device=self.dev, dtype=self.dtype))
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ Runtime contract
+    def _pad_batch(self, n: int) -> int:
+        """Recognition/classification batches are padded to a power of two so CUDA graphs and
+        compiled specialisations are reused (padding the batch never changes other rows)."""
+        if not (self.use_graphs or self.compiled) or self.role == "det":
+            return n
+        return 1 << (n - 1).bit_length()
+
+    @torch.inference_mode()
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        if batch.ndim != 4 or batch.shape[1] != 3:
+            raise ValueError(f"{self.role}: expected an N x 3 x H x W batch, got {batch.shape}")
+        n = batch.shape[0]
+        with self._lock:
+            if not self.cuda:
+                x = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
+                npad = self._pad_batch(n)
+                if npad != n:
+                    x = torch.cat([x, x.new_zeros((npad - n, *x.shape[1:]))])
+                return self.forward(x)[:n].float().numpy()
+            npad = self._pad_batch(n)
+            shape = (npad, *batch.shape[1:])
+            host = self._pinned.get(shape)
+            if host is None:
+                host = self._pinned[shape] = torch.zeros(shape, dtype=torch.float32).pin_memory()
+            hv = host.numpy()
+            hv[:n] = batch
+            if npad != n:
+                hv[n:] = 0.0
+            main = torch.cuda.current_stream(self.dev)
+            with torch.cuda.stream(self._copy_stream):
+                xd = host.to(self.dev, non_blocking=True)
+            main.wait_stream(self._copy_stream)
+            xd.record_stream(main)
+            out = self.forward(xd)[:n]
+            res = out.to("cpu", non_blocking=False)
+            return res.numpy()
+
+
+def build_torch_runtime(role: str, path: Path, cfg: EngineConfig) -> TorchRuntime:
+    return TorchRuntime(role, path, cfg)

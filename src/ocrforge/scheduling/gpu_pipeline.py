@@ -1,0 +1,579 @@
+"""GPU throughput path: pages stream through det -> crop -> rec with batches across pages.
+
+    decode (CPU threads, or nvJPEG on the GPU)        -> uint8 page on the GPU
+    resize + normalise + pad to a page bucket (GPU)   -> det batch (CUDA graph per bucket)
+    DB binarisation (GPU) -> bitmap + prob to pinned host memory
+    contours, box scores, unclip (CPU worker threads, cv2)
+    perspective crops: one grid_sample per page from the page already on the GPU
+    recognition in width buckets x fixed batch size (CUDA graph per bucket)
+    CTC argmax + per-step confidence on the GPU; only indices and scores come back
+
+One thread drives the GPU (so every launch is on one stream, in order); CPU work runs in a
+thread pool and overlaps with it. Results come out in input order. An out-of-memory error on
+a batch halves that stage's batch size and retries.
+
+Used by OCR.read_many when runtime="torch" and the device is CUDA; it also runs on the CPU
+(slowly), which is how CI tests it.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import cv2
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ocrforge.io.inputs import InputError, describe, iter_pages
+from ocrforge.result import Line, Page
+from ocrforge.stages.crop import VERTICAL_RATIO
+from ocrforge.stages.detect import DetInput, resize_shape
+
+if TYPE_CHECKING:
+    from ocrforge.engine import OCR
+
+# page buckets (H, W) for detection; a page is resized as the engine does (long side <=
+# det_limit_side, multiples of 32) and zero-padded into the smallest bucket that holds it
+DEFAULT_PAGE_BUCKETS = ((960, 960), (960, 736), (736, 960), (960, 544), (544, 960),
+                        (640, 640), (480, 480), (320, 320))
+DEFAULT_REC_WIDTHS = (320, 480, 640, 960, 1280, 1920, 3200)
+_END = object()
+
+
+@dataclass
+class _Page:
+    seq: int
+    source: str
+    index: int
+    h: int
+    w: int
+    img: torch.Tensor | None = None  # 3 x H x W uint8 on the device (BGR)
+    rh: int = 0
+    rw: int = 0
+    quads: list[np.ndarray] = field(default_factory=list)
+    texts: list[tuple[str, float] | None] = field(default_factory=list)
+    pending: int = 0
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineStats:
+    pages: int = 0
+    lines: int = 0
+    det_batches: int = 0
+    rec_batches: int = 0
+    det_s: float = 0.0  # GPU-thread wall time in each stage (launch + any sync)
+    crop_s: float = 0.0
+    rec_s: float = 0.0
+    post_s: float = 0.0  # CPU worker time in contour extraction (summed over threads)
+    oom_retries: int = 0
+
+
+class GpuPipeline:
+    def __init__(self, engine: OCR, *, det_batch: int = 8, rec_batch: int = 64,
+                 page_buckets: tuple[tuple[int, int], ...] | None = DEFAULT_PAGE_BUCKETS,
+                 rec_widths: tuple[int, ...] = DEFAULT_REC_WIDTHS, post_workers: int = 8,
+                 gpu_decode: bool = True, sample_mode: str = "bilinear", max_inflight: int = 128):
+        from ocrforge.runtimes.torch import TorchRuntime
+
+        if not isinstance(engine.det_rt, TorchRuntime) or not isinstance(engine.rec_rt, TorchRuntime):
+            raise ValueError("GpuPipeline needs an engine built with runtime='torch'")
+        cfg = engine.config
+        self.engine = engine
+        self.det = engine.det_rt
+        self.rec = engine.rec_rt
+        self.dev = self.det.dev
+        self.cuda = self.dev.type == "cuda"
+        self.dtype = self.det.dtype
+        self.det_batch = det_batch
+        self.rec_batch = rec_batch
+        limit = cfg.det_limit_side
+        # None: no padding, one det shape per distinct resized page size (exact engine parity)
+        self.page_buckets = (None if page_buckets is None else
+                             sorted({b for b in page_buckets if max(b) <= max(limit, 32)}
+                                    or {(limit, limit)}, key=lambda b: b[0] * b[1]))
+        self.rec_widths = tuple(sorted(rec_widths))
+        self.post_workers = post_workers
+        self.gpu_decode = gpu_decode and self.cuda and _has_nvjpeg()
+        self.sample_mode = sample_mode
+        self.max_inflight = max_inflight
+        ms = engine.models.model_set
+        self.det_mean = torch.tensor(ms.det_constants.mean, device=self.dev).view(1, 3, 1, 1) * 255.0
+        self.det_std = torch.tensor(ms.det_constants.std, device=self.dev).view(1, 3, 1, 1) * 255.0
+        rc = ms.rec_constants
+        self.rec_h = rc.height
+        self.rec_mean, self.rec_std = rc.mean * 255.0, rc.std * 255.0
+        self.rec_min_w = rc.width
+        self.max_w = cfg.rec_max_width
+        self.thresh = float(cfg.resolved_det()["thresh"])
+        self.drop = cfg.drop_score
+        chars = engine.models.characters()
+        self.chars = np.array(chars, dtype=object)
+        self.stats = PipelineStats()
+
+    # ------------------------------------------------------------------ buckets
+    def page_bucket(self, rh: int, rw: int) -> tuple[int, int]:
+        for b in self.page_buckets or ():
+            if rh <= b[0] and rw <= b[1]:
+                return b
+        return (int(math.ceil(rh / 32) * 32), int(math.ceil(rw / 32) * 32))
+
+    def rec_bucket(self, tw: int) -> int:
+        w = max(tw, self.rec_min_w)
+        for b in self.rec_widths:
+            if w <= b:
+                return b
+        return int(math.ceil(w / 32) * 32)
+
+    def warmup(self, page_shapes: Iterable[tuple[int, int]] | None = None,
+               rec_widths: Iterable[int] | None = None) -> float:
+        """Compile and capture the det/rec shapes the pipeline will use; seconds spent."""
+        t0 = time.perf_counter()
+        for hb, wb in page_shapes or self.page_buckets or ():
+            self.det.forward(torch.zeros((self.det_batch, 3, hb, wb), device=self.dev))
+        for wb in rec_widths or self.rec_widths:
+            self._rec_forward(torch.zeros((self.rec_batch, 3, self.rec_h, wb), device=self.dev))
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ GPU pieces
+    def _upload(self, img: np.ndarray) -> torch.Tensor:
+        """BGR uint8 HWC (host) -> 3xHxW uint8 on the device (pinned, asynchronous copy)."""
+        t = torch.from_numpy(np.ascontiguousarray(img))
+        if self.cuda:
+            t = t.pin_memory().to(self.dev, non_blocking=True)
+        return t.permute(2, 0, 1)
+
+    def _to_dev(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        return t.pin_memory().to(self.dev, non_blocking=True) if self.cuda else t
+
+    def _det_input(self, pages: list[_Page], hb: int, wb: int, n: int) -> torch.Tensor:
+        x = torch.zeros((n, 3, hb, wb), device=self.dev, dtype=torch.float32)
+        for k, p in enumerate(pages):
+            r = p.img.unsqueeze(0).float()
+            if (p.rh, p.rw) != (p.h, p.w):
+                r = F.interpolate(r, size=(p.rh, p.rw), mode="bilinear", align_corners=False)
+            x[k : k + 1, :, : p.rh, : p.rw] = (r - self.det_mean) / self.det_std
+        return x
+
+    def _run_det(self, pages: list[_Page], hb: int, wb: int):
+        n = self.det_batch if len(pages) > 1 or self.det_batch == 1 else 1
+        n = max(n, len(pages))
+        x = self._det_input(pages, hb, wb, n)
+        prob = self.det.forward(x)[: len(pages), 0]
+        bitmap = (prob > self.thresh).to(torch.uint8)
+        if self.cuda:
+            # one pinned copy per batch, then the CPU workers slice their page out
+            hp = torch.empty(prob.shape, dtype=torch.float32, pin_memory=True)
+            hb_ = torch.empty(bitmap.shape, dtype=torch.uint8, pin_memory=True)
+            hp.copy_(prob, non_blocking=True)
+            hb_.copy_(bitmap, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            return hp, hb_, ev
+        return prob.float().clone(), bitmap.clone(), None
+
+    def _crop_page(self, p: _Page) -> list[tuple[int, int, torch.Tensor]]:
+        """All text lines of a page as normalised rec inputs: [(line, bucket_w, 3x48xW)]."""
+        H, W = p.h, p.w
+        hs = self.rec_h
+        mats, ws, hs_, tws, vert = [], [], [], [], []
+        for q in p.quads:
+            q = q.astype(np.float32)
+            w = max(int(max(np.linalg.norm(q[0] - q[1]), np.linalg.norm(q[2] - q[3]))), 1)
+            h = max(int(max(np.linalg.norm(q[0] - q[3]), np.linalg.norm(q[1] - q[2]))), 1)
+            dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+            mats.append(cv2.getPerspectiveTransform(dst, q))  # crop pixel -> page pixel
+            v = h / w >= VERTICAL_RATIO
+            cw, ch = (h, w) if v else (w, h)  # size of the (turned) crop
+            tw = max(1, min(self.max_w, int(math.ceil(hs * cw / max(ch, 1)))))
+            ws.append(w)
+            hs_.append(h)
+            tws.append(tw)
+            vert.append(v)
+        k = len(mats)
+        buckets = [self.rec_bucket(tw) for tw in tws]
+        wmax = max(buckets)
+        dev = self.dev
+        m = self._to_dev(np.stack(mats).astype(np.float32))
+        info = self._to_dev(np.array([ws, hs_, tws, vert], np.float32).T)
+        w_, h_, tw_, v_ = (info[:, i].view(k, 1, 1) for i in range(4))
+        u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
+        vv = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
+        cw = torch.where(v_ > 0, h_, w_)
+        ch = torch.where(v_ > 0, w_, h_)
+        # rec pixel (u, v) -> (turned) crop pixel, as cv2.resize INTER_LINEAR maps centres
+        bx = (u + 0.5) * cw / tw_ - 0.5
+        by = (vv + 0.5) * ch / hs - 0.5
+        # undo np.rot90 for vertical crops: turned (x', y') = crop (w - 1 - y', x')
+        cx = torch.where(v_ > 0, w_ - 1 - by, bx)
+        cy = torch.where(v_ > 0, bx, by)
+        den = m[:, 2, 0].view(k, 1, 1) * cx + m[:, 2, 1].view(k, 1, 1) * cy + m[:, 2, 2].view(k, 1, 1)
+        sx = (m[:, 0, 0].view(k, 1, 1) * cx + m[:, 0, 1].view(k, 1, 1) * cy + m[:, 0, 2].view(k, 1, 1)) / den
+        sy = (m[:, 1, 0].view(k, 1, 1) * cx + m[:, 1, 1].view(k, 1, 1) * cy + m[:, 1, 2].view(k, 1, 1)) / den
+        grid = torch.stack([(2 * sx + 1) / W - 1, (2 * sy + 1) / H - 1], dim=-1)
+        # all crops of the page in one call: stack their grids vertically (1 x k*48 x W)
+        src = p.img.unsqueeze(0).float()
+        crops = F.grid_sample(src, grid.reshape(1, k * hs, wmax, 2), mode=self.sample_mode,
+                              padding_mode="border", align_corners=False)
+        crops = crops.view(3, k, hs, wmax).transpose(0, 1)
+        crops = (crops - self.rec_mean) / self.rec_std
+        crops = crops * (u < tw_).unsqueeze(1).to(crops.dtype)  # zero right of the text
+        crops = crops.to(self.rec.dtype)
+        return [(i, buckets[i], crops[i, :, :, : buckets[i]]) for i in range(k)]
+
+    def _rec_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, 3, 48, W) -> argmax index (int32) and its probability per CTC step."""
+        logits_fn = self.rec.forward  # softmax probabilities in FP32
+        probs = logits_fn(x)
+        conf, idx = probs.max(dim=2)
+        return idx.to(torch.int32), conf
+
+    def _ctc(self, idx: np.ndarray, conf: np.ndarray) -> list[tuple[str, float]]:
+        keep = idx != 0
+        keep[:, 1:] &= idx[:, 1:] != idx[:, :-1]
+        out = []
+        for b in range(idx.shape[0]):
+            k = keep[b]
+            if not k.any():
+                out.append(("", 0.0))
+                continue
+            chars = idx[b][k]
+            chars = chars[chars < len(self.chars)]
+            out.append(("".join(self.chars[chars]), float(conf[b][k].mean())))
+        return out
+
+    # ------------------------------------------------------------------ CPU piece
+    def _post(self, pages: list[_Page], prob, bitmap, ev) -> list[_Page]:
+        t0 = time.perf_counter()
+        if ev is not None:
+            ev.synchronize()
+        pn = prob.numpy()
+        bn = bitmap.numpy()
+        dec = self.engine.det_decode
+        for k, p in enumerate(pages):
+            d = DetInput(np.empty((1, 3, p.rh, p.rw), np.float32), p.rh / p.h, p.rw / p.w, p.h, p.w)
+            p.quads = dec(pn[k, : p.rh, : p.rw], d, bn[k, : p.rh, : p.rw])
+        self.stats.post_s += time.perf_counter() - t0
+        return pages
+
+    # ------------------------------------------------------------------ driver
+    def _with_oom_retry(self, what: str, fn, items: list, *args):
+        """Run fn on items; on CUDA OOM split the batch in halves (and remember the size)."""
+        try:
+            return [fn(items, *args)]
+        except torch.OutOfMemoryError:
+            if len(items) == 1:
+                raise
+            torch.cuda.empty_cache()
+            self.stats.oom_retries += 1
+            if what == "det":
+                self.det_batch = max(1, self.det_batch // 2)
+            else:
+                self.rec_batch = max(1, self.rec_batch // 2)
+            half = len(items) // 2
+            return (self._with_oom_retry(what, fn, items[:half], *args)
+                    + self._with_oom_retry(what, fn, items[half:], *args))
+
+    def run(self, items: Iterable[Any]) -> Iterator[Page]:
+        """OCR every page of every input, in input order; bad inputs yield error pages."""
+        out_q: queue.Queue = queue.Queue(maxsize=self.max_inflight * 2)
+        in_q: queue.Queue = queue.Queue(maxsize=self.max_inflight)
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(self.post_workers, thread_name_prefix="ocrforge-gpu-post")
+        decoders = ThreadPoolExecutor(max(2, self.post_workers // 2),
+                                      thread_name_prefix="ocrforge-gpu-decode")
+
+        def producer() -> None:
+            seq = 0
+            window: deque[Future] = deque()
+            try:
+                for item in items:
+                    if stop.is_set():
+                        return
+                    window.append(decoders.submit(self._decode, item))
+                    while len(window) >= self.max_inflight // 2:
+                        for pg in window.popleft().result():
+                            pg.seq = seq
+                            seq += 1
+                            in_q.put(pg)
+                while window:
+                    for pg in window.popleft().result():
+                        pg.seq = seq
+                        seq += 1
+                        in_q.put(pg)
+            except BaseException as e:  # the items iterator itself failed
+                in_q.put(e)
+            finally:
+                in_q.put(_END)
+
+        gpu_err: list[BaseException] = []
+
+        def gpu() -> None:
+            try:
+                with torch.inference_mode():
+                    self._gpu_loop(in_q, out_q, pool, stop)
+            except BaseException as e:
+                gpu_err.append(e)
+            finally:
+                out_q.put(_END)
+
+        threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-gpu-producer"),
+                   threading.Thread(target=gpu, daemon=True, name="ocrforge-gpu-driver")]
+        for t in threads:
+            t.start()
+        done: dict[int, Page] = {}
+        nxt = 0
+        try:
+            while True:
+                got = out_q.get()
+                if got is _END:
+                    break
+                if isinstance(got, BaseException):
+                    raise got
+                seq, page = got
+                done[seq] = page
+                while nxt in done:
+                    yield done.pop(nxt)
+                    nxt += 1
+            if gpu_err:
+                raise gpu_err[0]
+            for k in sorted(done):
+                yield done[k]
+        finally:
+            stop.set()
+            for q in (in_q, out_q):
+                try:
+                    while True:
+                        q.get_nowait()
+                except queue.Empty:
+                    pass
+            for t in threads:
+                t.join(timeout=5)
+            pool.shutdown(wait=True)
+            decoders.shutdown(wait=True)
+
+    def _decode(self, item: Any) -> list[_Page]:
+        cfg = self.engine.config
+        t0 = time.perf_counter()
+        src = describe(item)
+        try:
+            if self.gpu_decode:
+                t = _nvjpeg_decode(item, self.dev)
+                if t is not None:
+                    _, h, w = t.shape
+                    p = _Page(0, src, 0, h, w, img=t)
+                    p.timings["decode"] = time.perf_counter() - t0
+                    return [p]
+            pages = list(iter_pages(item, max_pixels=cfg.max_pixels, pdf_dpi=cfg.pdf_dpi,
+                                    max_pdf_pages=cfg.max_pdf_pages))
+        except InputError as e:
+            return [_Page(0, e.source, 0, 0, 0, error=e.reason)]
+        except Exception as e:
+            return [_Page(0, src, 0, 0, 0, error=f"cannot read ({type(e).__name__}: {e})")]
+        dt = (time.perf_counter() - t0) / max(len(pages), 1)
+        out = []
+        for pg in pages:
+            h, w = pg.image.shape[:2]
+            p = _Page(0, pg.source, pg.index, h, w, img=self._upload(pg.image))
+            p.timings["decode"] = dt
+            out.append(p)
+        return out
+
+    def _gpu_loop(self, in_q: queue.Queue, out_q: queue.Queue, pool: ThreadPoolExecutor,
+                  stop: threading.Event) -> None:
+        limit, ltype = self.engine.config.det_limit_side, self.engine.config.det_limit_type
+        waiting: dict[tuple[int, int], list[_Page]] = {}
+        post: deque[Future] = deque()
+        rec_q: dict[int, list[tuple[_Page, int, torch.Tensor]]] = {}
+        rec_out: deque = deque()
+        n_waiting = 0  # pages waiting for detection
+        live = [0]  # pages taken in and not yet emitted
+        inputs_done = False
+
+        def emit(p: _Page) -> None:
+            live[0] -= 1
+            if p.error is not None:
+                out_q.put((p.seq, Page([], 0, 0, source=p.source, page_index=p.index,
+                                       error=p.error)))
+                return
+            lines = []
+            for q, tx in zip(p.quads, p.texts, strict=True):
+                text, score = tx if tx is not None else ("", 0.0)
+                if score >= self.drop and text.strip():
+                    lines.append(Line(text, q.tolist(), score, 0))
+            self.stats.pages += 1
+            self.stats.lines += len(lines)
+            p.img = None
+            out_q.put((p.seq, Page(lines, p.w, p.h, p.source, p.index, p.timings)))
+
+        def launch_det(bucket: tuple[int, int], group: list[_Page]) -> None:
+            t0 = time.perf_counter()
+            res = self._with_oom_retry("det", lambda g: (g, *self._run_det(g, *bucket)), group)
+            for g, prob, bm, ev in res:
+                post.append(pool.submit(self._post, g, prob, bm, ev))
+            self.stats.det_batches += len(res)
+            self.stats.det_s += time.perf_counter() - t0
+
+        def launch_rec(wb: int, force: bool) -> None:
+            lst = rec_q.get(wb, [])
+            while len(lst) >= self.rec_batch or (force and lst):
+                t0 = time.perf_counter()
+                chunk, lst = lst[: self.rec_batch], lst[self.rec_batch :]
+                res = self._with_oom_retry("rec", self._rec_chunk, chunk, wb)
+                rec_out.extend(res)
+                self.stats.rec_batches += len(res)
+                self.stats.rec_s += time.perf_counter() - t0
+            rec_q[wb] = lst
+
+        def drain_rec(block: bool) -> None:
+            while rec_out and (block or rec_out[0][3] is None or rec_out[0][3].query()):
+                chunk, idx, conf, ev = rec_out.popleft()
+                if ev is not None:
+                    ev.synchronize()
+                texts = self._ctc(idx.numpy(), conf.numpy())
+                for (p, li, _), tx in zip(chunk, texts, strict=True):
+                    p.texts[li] = tx
+                    p.pending -= 1
+                    if p.pending == 0:
+                        emit(p)
+
+        while not stop.is_set():
+            # 1. take new pages (block only when nothing else is in flight)
+            busy = bool(post or rec_out or any(rec_q.values()) or n_waiting)
+            progress = False
+            while not inputs_done and live[0] < self.max_inflight:
+                try:
+                    got = in_q.get(timeout=0.05) if not busy else in_q.get_nowait()
+                except queue.Empty:
+                    break
+                if got is _END:
+                    inputs_done = True
+                    break
+                if isinstance(got, BaseException):
+                    raise got
+                p: _Page = got
+                live[0] += 1
+                progress = True
+                if p.error is not None:
+                    emit(p)
+                    continue
+                p.rh, p.rw = resize_shape(p.h, p.w, limit, ltype)
+                b = self.page_bucket(p.rh, p.rw)
+                waiting.setdefault(b, []).append(p)
+                n_waiting += 1
+                busy = True
+            # 2. detection on full buckets (all buckets once the input is exhausted or idle)
+            for b in list(waiting):
+                g = waiting[b]
+                while len(g) >= self.det_batch or (g and (inputs_done or len(post) == 0)):
+                    chunk, g = g[: self.det_batch], g[self.det_batch :]
+                    n_waiting -= len(chunk)
+                    launch_det(b, chunk)
+                    progress = True
+                waiting[b] = g
+            # 3. finished contour jobs -> crops on the GPU -> rec queues
+            while post and (post[0].done() or (not rec_out and not n_waiting)):
+                progress = True
+                for p in post.popleft().result():
+                    if not p.quads:
+                        emit(p)
+                        continue
+                    t0 = time.perf_counter()
+                    p.texts = [None] * len(p.quads)
+                    p.pending = len(p.quads)
+                    for li, wb, crop in self._crop_page(p):
+                        rec_q.setdefault(wb, []).append((p, li, crop))
+                    p.img = None
+                    self.stats.crop_s += time.perf_counter() - t0
+                for wb in list(rec_q):
+                    launch_rec(wb, force=False)
+            # 4. flush partial rec batches when nothing else will fill them soon
+            if not post and not n_waiting:
+                for wb in list(rec_q):
+                    if rec_q[wb]:
+                        launch_rec(wb, force=True)
+                        progress = True
+            before = len(rec_out)
+            drain_rec(block=False)
+            progress = progress or len(rec_out) != before
+            if inputs_done and not post and not n_waiting and not any(rec_q.values()):
+                drain_rec(block=True)
+                if not rec_out:
+                    return
+            if not progress:
+                time.sleep(0.0002)  # waiting on the GPU or the CPU workers; leave them the GIL
+
+    def _rec_chunk(self, chunk: list, wb: int):
+        n = len(chunk)
+        npad = self.rec_batch if n > self.rec_batch // 2 else 1 << (n - 1).bit_length()
+        x = torch.zeros((npad, 3, self.rec_h, wb), device=self.dev, dtype=self.rec.dtype)
+        for k, (_, _, c) in enumerate(chunk):
+            x[k, :, :, : c.shape[2]] = c
+        idx, conf = self._rec_forward(x)
+        idx, conf = idx[:n], conf[:n]
+        if self.cuda:
+            hi = torch.empty(idx.shape, dtype=torch.int32, pin_memory=True)
+            hc = torch.empty(conf.shape, dtype=torch.float32, pin_memory=True)
+            hi.copy_(idx, non_blocking=True)
+            hc.copy_(conf, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            return chunk, hi, hc, ev
+        return chunk, idx.clone(), conf.clone(), None
+
+
+def _has_nvjpeg() -> bool:
+    try:
+        import torchvision.io  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _nvjpeg_decode(item: Any, dev: torch.device) -> torch.Tensor | None:
+    """3xHxW BGR uint8 on the GPU for a plain JPEG path/bytes; None to use the CPU decoder
+    (other formats, EXIF orientation, CMYK/grey JPEGs, any decoder complaint)."""
+    import torchvision.io as tvio
+
+    if isinstance(item, (bytes, bytearray)):
+        data = bytes(item)
+    elif isinstance(item, str) or hasattr(item, "__fspath__"):
+        try:
+            with open(item, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+    else:
+        return None
+    if data[:3] != b"\xff\xd8\xff" or b"Exif" in data[:65536]:
+        return None
+    try:
+        t = tvio.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                             mode=tvio.ImageReadMode.RGB, device=dev)
+    except Exception:
+        return None
+    return t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
+
+
+_PIPELINES: dict[int, GpuPipeline] = {}
+
+
+def pipeline_for(engine: OCR) -> GpuPipeline:
+    """One GpuPipeline per engine (its buckets and captured graphs are reused)."""
+    p = _PIPELINES.get(id(engine))
+    if p is None or p.engine is not engine:
+        p = _PIPELINES[id(engine)] = GpuPipeline(engine)
+    return p

