@@ -506,7 +506,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                     state.decode_pool, _decode, data, source, settings)
                 del data
                 try:
-                    job = batcher.submit(pages_in, key)
+                    job = batcher.submit(pages_in, key, ticket)
                 except Stopped as e:
                     raise ApiError(503, "shutting_down", str(e)) from None
                 pages = await job.future

@@ -3,9 +3,11 @@
 The event loop submits a Job (the decoded pages of one request) and awaits its future.
 One worker thread per engine takes pages from a shared FIFO queue and runs
 ``engine.ocr_images(pages)`` (detection per page, recognition batched across all pages).
-A batch is dispatched when it holds ``max_batch_pages`` pages or when the oldest queued
-page has waited ``max_wait_ms`` (as in Triton's max_queue_delay), so a busy server never
-waits on purpose: pages that queued during the previous batch go out at once.
+A batch is dispatched when it holds ``max_batch_pages`` pages, when the oldest queued
+page has waited ``max_wait_ms`` (as in Triton's max_queue_delay), or at once when no admitted
+request is still decoding (nothing is known to be on its way, so waiting would only add
+latency). A busy server never waits on purpose: pages that queued during the previous batch
+go out as soon as an engine is free.
 
 Only pages whose requests asked for the same engine options (det_limit, cls) share a batch.
 Admission is bounded: ``admit()`` raises Overloaded when ``queue_size`` requests are already
@@ -52,11 +54,12 @@ class Ticket:
     def __init__(self, batcher: Batcher):
         self._batcher = batcher
         self._released = False
+        self.submitted = False
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._batcher._release()
+            self._batcher._release(self)
 
 
 @dataclass
@@ -127,6 +130,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
         self._admitted = 0
+        self._incoming = 0  # admitted but not yet submitted (still decoding)
         self._running_pages = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -176,28 +180,37 @@ class Batcher:
             if self._admitted >= self.queue_size:
                 raise Overloaded(self.retry_after(), self.queue_size)
             self._admitted += 1
+            self._incoming += 1
         return Ticket(self)
 
-    def _release(self) -> None:
+    def _release(self, ticket: Ticket) -> None:
         with self._cond:
             self._admitted -= 1
+            if not ticket.submitted:
+                ticket.submitted = True
+                self._incoming -= 1
+                self._cond.notify_all()
 
     # ------------------------------------------------------------------ submit
-    def submit(self, pages: list[PageImage], key: EngineKey | None = None) -> Job:
-        """Queue the pages of one admitted request; await ``job.future`` for the Pages."""
+    def submit(self, pages: list[PageImage], key: EngineKey | None = None,
+               ticket: Ticket | None = None) -> Job:
+        """Queue the pages of one request (admitted with ``ticket``); await ``job.future``."""
         loop = asyncio.get_running_loop()
         job = Job(pages, key or self.default_key(), loop.create_future(), loop)
         job.results = [None] * len(pages)
         job.remaining = len(pages)
-        if not pages:
-            job.future.set_result([])
-            return job
         now = time.perf_counter()
         with self._cond:
+            if ticket is not None and not ticket.submitted:
+                ticket.submitted = True
+                self._incoming -= 1
             if self._stopping:
                 raise Stopped("server is shutting down")
-            self._queue.extend(_Item(job, i, now) for i in range(len(pages)))
+            if pages:
+                self._queue.extend(_Item(job, i, now) for i in range(len(pages)))
             self._cond.notify_all()
+        if not pages:
+            job.future.set_result([])
         return job
 
     def cancel(self, job: Job) -> None:
@@ -220,7 +233,8 @@ class Batcher:
             key = head.job.key
             chosen = [it for it in self._queue if it.job.key == key][: self.max_batch_pages]
             wait = head.enqueued + self.max_wait_s - time.perf_counter()
-            if len(chosen) >= self.max_batch_pages or wait <= 0 or self._stopping:
+            due = wait <= 0 or self._incoming <= 0 or self._stopping
+            if len(chosen) >= self.max_batch_pages or due:
                 ids = {id(it) for it in chosen}
                 self._queue = deque(it for it in self._queue if id(it) not in ids)
                 return chosen
