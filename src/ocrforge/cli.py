@@ -14,6 +14,7 @@ COMMANDS = [
     "ocrforge.commands.read",
     "ocrforge.commands.models",
     "ocrforge.commands.eval",
+    "ocrforge.commands.synth",
     "ocrforge.commands.serve",
 ]
 
