@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--api-key", help="require this key (else env OCRFORGE_API_KEY) on every "
                    "endpoint but /healthz and /readyz")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
+    b.add_argument("--no-gpu-pipeline", action="store_true",
+                   help="torch on CUDA: use the per-stage engine path instead of the GPU pipeline")
     b.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     b.add_argument("--no-access-log", action="store_true", help="no per-request log lines")
@@ -69,6 +71,7 @@ def settings_from_args(args: argparse.Namespace):
         decode_threads=args.decode_threads,
         api_key=args.api_key or os.environ.get("OCRFORGE_API_KEY") or None,
         warmup=not args.no_warmup,
+        gpu_pipeline=not args.no_gpu_pipeline,
     )
     s.validate()
     return s

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ocrforge import __version__
 from ocrforge.io.inputs import InputError, PageImage, iter_pages, sniff
-from ocrforge.server.batcher import Batcher, Overloaded, Stopped
+from ocrforge.server.batcher import Batcher, Overloaded, Stopped, run_engine
 from ocrforge.server.errors import ApiError, from_input_error
 from ocrforge.server.formats import envelope, joined_text, markdown
 from ocrforge.server.metrics import Metrics
@@ -138,14 +138,19 @@ def load_engines(state: ServiceState) -> None:
                 except Exception as e:  # cls=on requests will get a clear 400
                     log.warning("orientation classifier unavailable: %s", e)
             if s.warmup:
+                gpu = s.gpu_pipeline and cfg.runtime == "torch" and dev.startswith("cuda")
+                if gpu:  # buckets and CUDA graphs of the GPU pipeline
+                    from ocrforge.scheduling.gpu_pipeline import pipeline_for
+
+                    pipeline_for(eng).warmup()
                 for _ in range(2):
-                    eng.ocr_images([_warmup_image()])
+                    run_engine(eng, [_warmup_image()], s.gpu_pipeline)
             engines.append(eng)
             cls_rts.append(cls_rt)
         state.cls_available = all(c is not None for c in cls_rts)
         batcher = Batcher(engines, max_batch_pages=s.max_batch_pages, max_wait_ms=s.max_wait_ms,
                           queue_size=s.queue_size, cls_runtimes=cls_rts,
-                          on_batch=state.metrics.on_batch)
+                          on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline)
         batcher.start()
         cfg = engines[0].config
         state.info = {

@@ -106,6 +106,25 @@ def engine_view(engine: OCR, key: EngineKey, cls_runtime: Any | None) -> OCR:
     return view
 
 
+def run_engine(engine: OCR, pages: list[PageImage], gpu_pipeline: bool = True) -> list[Page]:
+    """One batch through the engine: ``ocr_images``, or on CUDA with the torch runtime the
+    engine's GPU pipeline (cross-page detection batches, crops and CTC on the device)."""
+    cfg = engine.config
+    if (gpu_pipeline and cfg.runtime == "torch" and cfg.device.startswith("cuda")
+            and engine.cls_rt is None):
+        from ocrforge.scheduling.gpu_pipeline import pipeline_for
+
+        out = list(pipeline_for(engine).run([p.image for p in pages]))
+        if len(out) != len(pages):
+            raise RuntimeError(f"GPU pipeline returned {len(out)} pages for {len(pages)}")
+        for src, page in zip(pages, out, strict=True):
+            if page.error:
+                raise RuntimeError(f"{src.source}: {page.error}")
+            page.source, page.page_index = src.source, src.index
+        return out
+    return engine.ocr_images(pages)
+
+
 class Batcher:
     """Dynamic batcher over one or more engines (one worker thread each)."""
 
@@ -118,6 +137,7 @@ class Batcher:
         queue_size: int = 64,
         cls_runtimes: list[Any | None] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
+        gpu_pipeline: bool = True,
     ):
         if not engines:
             raise ValueError("at least one engine is needed")
@@ -127,6 +147,7 @@ class Batcher:
         self.queue_size = queue_size
         self._cls_runtimes = cls_runtimes or [e.cls_rt for e in engines]
         self._on_batch = on_batch
+        self.gpu_pipeline = gpu_pipeline
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
         self._admitted = 0
@@ -266,7 +287,8 @@ class Batcher:
             if j.started is None:
                 j.started = t0
         try:
-            pages = view.ocr_images([it.job.pages[it.index] for it in batch])
+            pages = run_engine(view, [it.job.pages[it.index] for it in batch],
+                               self.gpu_pipeline)
             error: BaseException | None = None
         except BaseException as e:  # an engine failure fails this batch's requests, not the server
             pages, error = [], e

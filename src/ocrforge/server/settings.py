@@ -28,6 +28,8 @@ class ServerSettings:
     decode_threads: int = 2
     api_key: str | None = None
     warmup: bool = True
+    # torch runtime on CUDA: run batches through the engine's GPU pipeline
+    gpu_pipeline: bool = True
 
     def validate(self) -> None:
         self.engine.validate()
