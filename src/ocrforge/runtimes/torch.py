@@ -105,6 +105,12 @@ class TorchRuntime:
             + (["compile:" + mode] if self.compiled else [])
             + (["cudagraphs"] if self.use_graphs else [])
         ) + "]"
+        if self.cuda:
+            torch.backends.cudnn.benchmark = True  # per-shape algorithm choice (shapes are bucketed)
+            if self.precision == "fp32":
+                # a true FP32 reference: no TF32 in cuDNN convolutions or cuBLAS (process-wide)
+                torch.backends.cudnn.allow_tf32 = False
+                torch.backends.cuda.matmul.allow_tf32 = False
         t0 = time.perf_counter()
         net = module if module is not None else build_network(role, path)
         self.net = net.eval()

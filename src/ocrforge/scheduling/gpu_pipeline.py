@@ -561,13 +561,15 @@ def _nvjpeg_decode(item: Any, dev: torch.device) -> torch.Tensor | None:
     if data[:3] != b"\xff\xd8\xff" or b"Exif" in data[:65536]:
         return None
     try:
-        t = tvio.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                             mode=tvio.ImageReadMode.RGB, device=dev)
+        with _NVJPEG_LOCK:  # one nvJPEG decode at a time (decoder threads share its handle)
+            t = tvio.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                                 mode=tvio.ImageReadMode.RGB, device=dev)
     except Exception:
         return None
     return t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
 
 
+_NVJPEG_LOCK = threading.Lock()
 _PIPELINES: dict[int, GpuPipeline] = {}
 
 

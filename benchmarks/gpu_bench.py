@@ -1,0 +1,511 @@
+"""GPU benchmark for the PyTorch path (issue 5): produces the "GPU (NVIDIA H200)" tables.
+
+Sections (each prints as it finishes; everything also goes to --out JSON):
+  peaks    measured ceilings: bf16/fp16 matmul TFLOP/s, device-to-device copy GB/s
+  stage    det at 960x960 (pages/s) and rec at 48x320 (lines/s): eager FP32, eager FP16,
+           compiled FP16, compiled + CUDA graphs FP16, BF16 (+ CUDA graphs); batch-1 latency
+           p50/p95, best-batch throughput, peak memory, compile (cold) time
+  e2e      GpuPipeline end to end on N synthetic pages (>= 30 lines each) and the dev set:
+           pages/s, single-page latency, GPU utilisation (nvidia-smi sampled every 100 ms),
+           host CPU seconds per page, peak GPU memory, CER vs labels per precision
+  ort      the normal ocrforge engine on ONNX Runtime CPU (16 threads) on a subset, same pages
+  warm     second start of a compiled network in a fresh process (inductor cache hit)
+
+Example (what docs/BENCHMARKS.md ran on the H200):
+  PYTHONPATH=src python benchmarks/gpu_bench.py --model-dir .models --font .models/fonts/simfang.ttf \
+      --dev .devset --pages 1000 --out $OUT/gpu_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+T_START = time.perf_counter()
+RESULTS: dict = {}
+
+COMMON_ZH = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说"
+    "产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点"
+    "从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又"
+    "么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入"
+    "常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西"
+    "被干做必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认"
+    "六共权收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才"
+    "科张信马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商"
+    "非验连断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选"
+    "标写存候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价"
+    "严首底液官德随病苏失尔死讲配女黄推显谈罪神艺呢席含企望密批营项防举球英氧势告李台落木帮轮破亚师围注远"
+    "字材排供河态封另施减树溶怎止案言士均武固叶鱼波视仅费紧爱左章早朝害续轻服试食充兵源判护司足某练差致板"
+    "田降黑犯负击范继兴似余坚曲输修故城夫够送笔船占右财吃富春职觉汉画功巴跟虽杂飞检吸助升阳互初创抗考投坏"
+    "策古径换未跑留钢曾端责站简述钱副尽帝射草冲承独令限阿宣环双请超微让控州良轴找否纪益依优顶础载倒房突坐"
+    "粉敌略客袁冷胜绝析块剂测丝协诉念陈仍罗盐友洋错苦夜刑移频逐靠混母短皮终聚汽村云哪既距卫停烈央察烧迅境"
+    "若印洲刻括激孔搞甚室待核校散侵吧甲游久菜味旧模湖货损预阻毫普稳乙妈植息扩银语挥酒守拿序纸医缺雨吗针刘"
+    "啊急唱误训愿审附获茶鲜粮斤孩脱硫肥善龙演父渐血欢械掌歌沙刚攻谓盾讨晚粒乱燃矛乎杀药宁鲁贵钟煤读班伯香"
+    "介迫句丰培握兰担弦蛋沉假穿执答乐谁顺烟缩征脸喜松脚困异免背星福买染井概慢怕磁倍祖皇促静补评翻肉践尼衣"
+    "宽扬棉希伤操垂秋宜氢套督振架亮末宪庆编牛触映雷销诗座居抓裂胞呼娘景威绿晶厚盟衡鸡孙延危胶屋乡临陆顾掉"
+    "呀灯岁措束耐剧玉赵跳哥季课凯胡额款绍卷齐伟蒸殖永宗苗川炉岩弱零杨奏沿露杆探滑镇饭浓航怀赶库夺伊灵税途"
+    "灭赛归召鼓播盘裁险康唯录菌纯借糖盖横符私努堂域枪润幅哈竟熟虫泽脑壤碳欧遍侧寨敢彻虑斜薄庭纳弹饲伸折麦"
+    "湿暗荷瓦塞床筑恶户访塔奇透梁刀旋迹卡氯遇份毒泥退洗摆灰彩卖耗夏择忙铜献硬予繁圈雪函亦抽篇阵阴丁尺追堆"
+    "雄迎泛爸楼避谋吨野猪旗累偏典馆索秦脂潮爷豆忽托惊塑遗愈朱替纤粗倾尚痛楚谢奋购磨君池旁碎骨监捕弟暴割贯"
+    "殊释词亡壁顿宝午尘闻揭炮残冬桥妇警综招吴付浮遭徐您摇谷赞箱隔订男吹园纷唐败宋玻巨耕坦荣闭湾键凡驻锅救"
+    "恩剥凝碱齿截炼麻纺禁废盛版缓净睛昌婚涉筒嘴插岸朗庄街藏姑贸腐奴啦惯乘伙恢匀纱扎辩耳彪臣亿璃抵脉秀萨俄"
+    "网舞店喷纵寸汗挂洪贺闪柬爆烯津稻墙软勇像滚厘蒙芳肯坡柱荡腿仪旅尾轧冰贡登黎削钻勒逃障氨郭峰币港伏轨亩"
+    "毕擦莫刺浪秘援株健售股岛甘泡睡童铸汤阀休汇舍牧绕炸哲磷绩朋淡尖启陷柴呈徒颜泪稍忘泵蓝拖洞授镜辛壮锋贫"
+    "虚弯摩泰幼廷尊窗纲弄隶疑氏宫姐震瑞怪尤琴循描膜违夹腰缘珠穷森枝竹沟催绳忆邦剩幸浆栏拥牙贮礼滤钠纹罢拍"
+    "咱喊袖埃勤罚焦潜伍墨欲缝姓刊饱仿奖铝鬼丽跨默挖链扫喝袋炭污幕诸弧励梅奶洁灾舟鉴苯讼抱毁懂寒智埔寄届跃"
+)
+EN_WORDS = ("invoice total amount date order number customer address phone email account payment "
+            "balance tax subtotal item quantity price unit report summary page section table figure "
+            "model speed accuracy batch graph tensor memory device server request response status "
+            "shipping delivery warehouse product code reference contract signature approved pending").split()
+
+
+# ---------------------------------------------------------------------------- synthetic pages
+def _render(args) -> dict:
+    i, out_dir, font_path, seed = args
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = np.random.default_rng(seed * 100_003 + i)
+    W, H = 1024, 1448
+    img = Image.new("L", (W, H), int(rng.integers(235, 256)))
+    d = ImageDraw.Draw(img)
+    size = int(rng.integers(22, 27))
+    font = ImageFont.truetype(font_path, size)
+    lines = []
+    y = 40
+    step = int(size * 1.55)
+    while y + step < H - 40:
+        x = int(rng.integers(40, 120))
+        kind = rng.random()
+        if kind < 0.4:
+            n = int(rng.integers(6, 22))
+            text = "".join(rng.choice(list(COMMON_ZH), n))
+        elif kind < 0.8:
+            text = " ".join(rng.choice(EN_WORDS, int(rng.integers(3, 9))))
+            if rng.random() < 0.5:
+                text = text.capitalize()
+        else:
+            text = (f"{rng.choice(EN_WORDS).upper()} {int(rng.integers(1, 99999))}-"
+                    f"{int(rng.integers(10, 99))} {rng.integers(1, 9999) / 100:.2f}")
+        while d.textlength(text, font=font) > W - x - 40 and len(text) > 4:
+            text = text[:-1]
+        text = text.strip()
+        x0, y0, x1, y1 = d.textbbox((x, y), text, font=font)
+        d.text((x, y), text, fill=int(rng.integers(0, 60)), font=font)
+        lines.append({"text": text, "poly": [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]})
+        y += step
+    arr = np.asarray(img, np.int16) + rng.normal(0, 4, (H, W)).astype(np.int16)
+    img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).convert("RGB")
+    name = f"images/p{i:05d}.jpg"
+    img.save(Path(out_dir) / name, quality=90)
+    return {"image": name, "lang": "mixed", "kind": "document", "lines": lines}
+
+
+def synth_pages(out_dir: Path, n: int, font: str, seed: int = 0) -> Path:
+    from multiprocessing import Pool
+
+    (out_dir / "images").mkdir(parents=True, exist_ok=True)
+    with Pool(min(16, os.cpu_count() or 2)) as pool:
+        recs = pool.map(_render, [(i, str(out_dir), font, seed) for i in range(n)], chunksize=8)
+    with open(out_dir / "labels.jsonl", "w", encoding="utf-8") as f:
+        for r in recs:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return out_dir
+
+
+# ---------------------------------------------------------------------------- helpers
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T_START:7.1f}s] {msg}", flush=True)
+
+
+def save(out: Path | None) -> None:
+    if out:
+        from ocrforge.config import atomic_write_text
+
+        atomic_write_text(out, json.dumps(RESULTS, indent=1, ensure_ascii=False, default=str))
+
+
+def cuda_time(fn, iters: int, warm: int = 3) -> list[float]:
+    import torch
+
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / 1000.0)
+    return ts
+
+
+def pct(v: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(v), q))
+
+
+class GpuSampler:
+    """nvidia-smi utilisation samples every 100 ms in a background process."""
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.lines: list[str] = []
+
+    def __enter__(self):
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+                 "-lms", "100"], stdout=subprocess.PIPE, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+        except OSError:
+            self.proc = None
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+
+    def __exit__(self, *exc) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+
+    def summary(self) -> dict:
+        u = [float(x.split(",")[0]) for x in self.lines if x and x.split(",")[0].strip().isdigit()]
+        if not u:
+            return {"samples": 0}
+        return {"samples": len(u), "util_mean": float(np.mean(u)), "util_p50": pct(u, 50),
+                "util_max": float(np.max(u))}
+
+
+# ---------------------------------------------------------------------------- sections
+def sec_peaks() -> None:
+    import torch
+
+    r = {}
+    for name, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        a = torch.randn(8192, 8192, device="cuda", dtype=dt)
+        b = torch.randn(8192, 8192, device="cuda", dtype=dt)
+        ts = cuda_time(lambda a=a, b=b: a @ b, 10)
+        r[f"matmul_{name}_tflops"] = 2 * 8192**3 / statistics.median(ts) / 1e12
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ts = cuda_time(lambda x=x, y=y: y.copy_(x), 10)
+    r["copy_GBps_read_plus_write"] = 2 * x.numel() / statistics.median(ts) / 1e9
+    del x, y
+    torch.cuda.empty_cache()
+    RESULTS["peaks"] = r
+    log(f"peaks {r}")
+
+
+STAGE_CONFIGS = [  # name, precision, compile, graphs
+    ("eager FP32", "fp32", False, False),
+    ("eager FP16", "fp16", False, False),
+    ("compiled FP16", "fp16", True, False),
+    ("compiled + CUDA graphs FP16", "fp16", True, True),
+    ("eager + CUDA graphs BF16", "bf16", False, True),
+    ("eager + CUDA graphs FP16", "fp16", False, True),
+]
+
+
+def sec_stage(models, configs, det_batches, rec_batches, iters: int) -> None:
+    import torch
+
+    from ocrforge.config import EngineConfig
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    out = RESULTS.setdefault("stage", {})
+    for name, prec, comp, graphs in configs:
+        for role, path, shape, batches in (("det", models.det, (3, 960, 960), det_batches),
+                                           ("rec", models.rec, (3, 48, 320), rec_batches)):
+            cfg = EngineConfig(runtime="torch", device="cuda", torch_precision=prec,
+                               torch_compile=comp, cuda_graphs=graphs)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            rt = TorchRuntime(role, path, cfg)
+            row = {"config": name, "role": role, "shape": list(shape)}
+            for bs in batches:
+                x = torch.randn((bs, *shape), device="cuda")
+                t0 = time.perf_counter()
+                rt.forward(x)
+                torch.cuda.synchronize()
+                first = time.perf_counter() - t0
+                n = iters if bs == 1 else max(5, iters // 4)
+                ts = cuda_time(lambda x=x, rt=rt: rt.forward(x), n)
+                med = statistics.median(ts)
+                row[f"b{bs}"] = {"first_call_s": first, "p50_ms": med * 1e3, "p95_ms": pct(ts, 95) * 1e3,
+                                 "items_per_s": bs / med}
+            row["peak_mem_GiB"] = torch.cuda.max_memory_allocated() / 2**30
+            out[f"{role}|{name}"] = row
+            best = max((row[f"b{b}"]["items_per_s"], b) for b in batches)
+            log(f"stage {role:3s} {name:30s} b1 p50 {row['b1']['p50_ms']:.2f} ms  best {best[0]:.0f}/s "
+                f"@b{best[1]}  first {row['b1']['first_call_s']:.1f}s  mem {row['peak_mem_GiB']:.2f} GiB")
+            del rt
+        save(ARGS.out)
+
+
+def flops_bytes(models) -> dict:
+    """FLOPs (torch flop counter) and minimal + activation bytes per det page / rec line."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ocrforge.runtimes.torch import build_network
+
+    r = {}
+    for role, shape in (("det", (1, 3, 960, 960)), ("rec", (1, 3, 48, 320))):
+        net = build_network(role, getattr(models, role))
+        acts = [0]
+
+        def hook(_m, _i, o, acts=acts):
+            if isinstance(o, torch.Tensor):
+                acts[0] += o.numel()
+
+        hs = [m.register_forward_hook(hook) for m in net.modules() if len(list(m.children())) == 0]
+        with FlopCounterMode(display=False) as fc, torch.no_grad():
+            net(torch.zeros(shape))
+        for h in hs:
+            h.remove()
+        params = sum(p.numel() for p in net.parameters())
+        r[role] = {"gflop": fc.get_total_flops() / 1e9, "params_M": params / 1e6,
+                   "leaf_output_elems_M": acts[0] / 1e6,
+                   "fp16_bytes_min_MB": (int(np.prod(shape)) + params) * 2 / 1e6,
+                   # every leaf output written once and read once, FP16
+                   "fp16_bytes_activations_MB": acts[0] * 2 * 2 / 1e6}
+    return r
+
+
+def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_latency: int,
+            det_batch: int, rec_batch: int) -> None:
+    import torch
+
+    from ocrforge import OCR
+    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
+    from ocrforge.tools.dataset import load_dataset
+    from ocrforge.tools.eval import score_pages
+
+    recs = load_dataset(synth_dir)
+    files = [str(r.image) for r in recs]
+    dev_recs = load_dataset(dev_dir) if dev_dir else []
+    out = RESULTS.setdefault("e2e", {})
+    for name, prec, comp, graphs, buckets in configs:
+        cuda = ARGS.device.startswith("cuda")
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        eng = OCR(runtime="torch", device=ARGS.device, torch_precision=prec, torch_compile=comp,
+                  cuda_graphs=graphs, **engine_kw)
+        kw = {} if buckets == "default" else {"page_buckets": None}
+        gp = GpuPipeline(eng, det_batch=det_batch, rec_batch=rec_batch, post_workers=12, **kw)
+        warm_pages = list(gp.run(files[: ARGS.warm_pages]))  # captures / compiles the shapes in use
+        start_s = time.perf_counter() - t0
+        row: dict = {"config": name, "precision": prec, "compile": comp, "cuda_graphs": graphs,
+                     "page_buckets": buckets, "start_plus_warmup_s": start_s,
+                     "warm_pages_ok": sum(not p.error for p in warm_pages)}
+        gp.stats.__init__()
+        cpu0 = time.process_time()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        with GpuSampler() as smp:
+            t0 = time.perf_counter()
+            pages = list(gp.run(files))
+            el = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = time.process_time() - cpu0
+        st = gp.stats
+        sc = score_pages(recs, pages)["overall"]
+        row.update({
+            "pages": len(pages), "errors": sum(bool(p.error) for p in pages),
+            "lines_out": sum(len(p.lines) for p in pages), "seconds": el, "pages_per_s": len(pages) / el,
+            "lines_per_s": sum(len(p.lines) for p in pages) / el,
+            "host_cpu_s_per_page": cpu / len(pages),
+            "host_cpu_user_sys_s": [ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime],
+            "gpu_util": smp.summary(),
+            "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+            "stats": st.__dict__.copy(), "synth_cer": sc.get("cer"), "synth_det_f1": sc.get("det_f1"),
+            "synth_line_acc": sc.get("line_acc"),
+        })
+        log(f"e2e {name:34s} {row['pages_per_s']:.1f} pages/s ({row['lines_per_s']:.0f} lines/s) "
+            f"CER {row['synth_cer']:.4f} util {row['gpu_util'].get('util_mean', -1):.0f}% "
+            f"cpu/page {row['host_cpu_s_per_page'] * 1e3:.1f} ms mem {row['peak_mem_GiB']:.1f} GiB "
+            f"start {start_s:.1f}s stats det {st.det_s:.2f}s crop {st.crop_s:.2f}s rec {st.rec_s:.2f}s "
+            f"post(cpu) {st.post_s:.2f}s")
+        if n_latency:
+            lat = []
+            for f in files[ARGS.warm_pages : ARGS.warm_pages + n_latency]:
+                t0 = time.perf_counter()
+                list(gp.run([f]))
+                lat.append(time.perf_counter() - t0)
+            row["latency_ms_p50"] = pct(lat, 50) * 1e3
+            row["latency_ms_p95"] = pct(lat, 95) * 1e3
+            log(f"    single-page latency p50 {row['latency_ms_p50']:.1f} ms p95 {row['latency_ms_p95']:.1f} ms")
+        if dev_recs:
+            t0 = time.perf_counter()
+            dpages = list(gp.run([str(r.image) for r in dev_recs]))
+            el = time.perf_counter() - t0
+            dsc = score_pages(dev_recs, dpages)["overall"]
+            row["dev"] = {"pages": len(dpages), "pages_per_s": len(dpages) / el, "cer": dsc.get("cer"),
+                          "det_f1": dsc.get("det_f1"), "line_acc": dsc.get("line_acc")}
+            log(f"    dev set {len(dpages)} pages {row['dev']['pages_per_s']:.1f} pages/s "
+                f"CER {row['dev']['cer']:.4f} det_f1 {row['dev']['det_f1']:.4f}")
+        out[name] = row
+        save(ARGS.out)
+        del gp, eng
+
+
+def sec_ort(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, n: int) -> None:
+    from ocrforge import OCR
+    from ocrforge.tools.dataset import load_dataset
+    from ocrforge.tools.eval import score_pages
+
+    eng = OCR(intra_op_threads=16, **engine_kw)
+    r = {}
+    for label, recs in (("synth", load_dataset(synth_dir)[:n]),
+                        ("dev", load_dataset(dev_dir) if dev_dir else [])):
+        if not recs:
+            continue
+        eng.read(str(recs[0].image))  # warm-up
+        lat = []
+        pages = []
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        for rec in recs:
+            t1 = time.perf_counter()
+            pages.append(eng.read(str(rec.image)))
+            lat.append(time.perf_counter() - t1)
+        el = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+        sc = score_pages(recs, pages)["overall"]
+        r[label] = {"pages": len(recs), "pages_per_s": len(recs) / el, "latency_ms_p50": pct(lat, 50) * 1e3,
+                    "latency_ms_p95": pct(lat, 95) * 1e3, "cer": sc.get("cer"), "det_f1": sc.get("det_f1"),
+                    "host_cpu_s_per_page": cpu / len(recs)}
+        log(f"ort-cpu16 {label}: {r[label]}")
+    RESULTS["ort_cpu16"] = r
+    save(ARGS.out)
+
+
+WARM_CODE = """
+import time, torch, sys
+t0 = time.perf_counter()
+from ocrforge.config import EngineConfig
+from ocrforge.models.registry import resolve_models
+from ocrforge.runtimes.torch import TorchRuntime
+m = resolve_models('ppocrv6-small', sys.argv[1])
+rt = TorchRuntime('det', m.det, EngineConfig(runtime='torch', device='cuda', torch_precision='fp16',
+                                             torch_compile=True, cuda_graphs=True))
+rt.forward(torch.zeros(1, 3, 960, 960, device='cuda')); torch.cuda.synchronize()
+print('START_TO_FIRST_OUTPUT_S', time.perf_counter() - t0)
+"""
+
+
+def sec_warm(model_dir: str) -> None:
+    r = {}
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = f"/tmp/inductor-bench-{os.getpid()}"  # empty: first run is cold
+    for k in ("cold", "warm"):
+        p = subprocess.run([sys.executable, "-c", WARM_CODE, model_dir], env=env, capture_output=True,
+                           text=True, timeout=300)
+        line = [x for x in p.stdout.splitlines() if x.startswith("START_TO_FIRST")]
+        r[k] = float(line[0].split()[1]) if line else p.stderr[-500:]
+        log(f"compiled det fp16 b1 960x960, {k} start (new process) -> first output: {r[k]}")
+    RESULTS["compile_cache_start_s"] = r
+    save(ARGS.out)
+
+
+# ---------------------------------------------------------------------------- main
+def main() -> None:
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-dir", default=None)
+    ap.add_argument("--font", required=True)
+    ap.add_argument("--dev", default=None, help="labeled dev set folder (labels.jsonl)")
+    ap.add_argument("--pages", type=int, default=1000)
+    ap.add_argument("--synth-dir", default="/tmp/ocrforge-synth")
+    ap.add_argument("--sections", default="peaks,e2e,stage,ort,warm")
+    ap.add_argument("--stage-configs", default="all")
+    ap.add_argument("--e2e-configs", default="fp16g,bf16g,fp32g,fp32e")
+    ap.add_argument("--det-batch", type=int, default=16)
+    ap.add_argument("--rec-batch", type=int, default=128)
+    ap.add_argument("--ort-pages", type=int, default=20)
+    ap.add_argument("--latency-pages", type=int, default=50)
+    ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--warm-pages", type=int, default=64)
+    ap.add_argument("--budget-s", type=float, default=540, help="skip sections started after this")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--device", default="cuda", help="cpu only for a smoke test of the e2e section")
+    ARGS = ap.parse_args()
+
+    import torch
+
+    from ocrforge.models.registry import resolve_models
+
+    models = resolve_models("ppocrv6-small", ARGS.model_dir)
+    RESULTS["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    RESULTS["torch"] = torch.__version__
+    RESULTS["cpu_count"] = os.cpu_count()
+    RESULTS["argv"] = sys.argv
+    log(f"device {RESULTS['device']} torch {torch.__version__} cpus {os.cpu_count()}")
+    RESULTS["flops_bytes"] = flops_bytes(models)
+    log(f"flops/bytes {RESULTS['flops_bytes']}")
+    secs = ARGS.sections.split(",")
+    synth_dir = Path(ARGS.synth_dir)
+    if any(s in secs for s in ("e2e", "ort")) and not (synth_dir / "labels.jsonl").exists():
+        t0 = time.perf_counter()
+        synth_pages(synth_dir, ARGS.pages, ARGS.font)
+        log(f"rendered {ARGS.pages} synthetic pages in {time.perf_counter() - t0:.1f}s")
+    engine_kw = {"model_dir": ARGS.model_dir} if ARGS.model_dir else {}
+    dev = Path(ARGS.dev) if ARGS.dev else None
+    e2e_all = {
+        "fp16g": ("eager + CUDA graphs FP16", "fp16", False, True, "default"),
+        "bf16g": ("eager + CUDA graphs BF16", "bf16", False, True, "default"),
+        "fp32g": ("eager + CUDA graphs FP32", "fp32", False, True, "default"),
+        "fp32e": ("eager FP32 (no graphs)", "fp32", False, False, "default"),
+        "fp16e": ("eager FP16 (no graphs)", "fp16", False, False, "default"),
+        "fp16c": ("compiled + CUDA graphs FP16", "fp16", True, True, "default"),
+        "fp32x": ("eager + CUDA graphs FP32, exact page shapes", "fp32", False, True, "exact"),
+    }
+    for s in secs:
+        if time.perf_counter() - T_START > ARGS.budget_s:
+            log(f"budget reached: skipping section {s}")
+            RESULTS.setdefault("skipped", []).append(s)
+            continue
+        try:
+            if s == "peaks":
+                sec_peaks()
+            elif s == "stage":
+                cf = STAGE_CONFIGS if ARGS.stage_configs == "all" else [
+                    c for c in STAGE_CONFIGS if c[0] in ARGS.stage_configs.split(";")]
+                sec_stage(models, cf, (1, 8, 32), (1, 64, 256, 1024), ARGS.iters)
+            elif s == "e2e":
+                cf = [e2e_all[k] for k in ARGS.e2e_configs.split(",")]
+                sec_e2e(engine_kw, synth_dir, dev, cf, ARGS.latency_pages, ARGS.det_batch, ARGS.rec_batch)
+            elif s == "ort":
+                sec_ort(engine_kw, synth_dir, dev, ARGS.ort_pages)
+            elif s == "warm":
+                sec_warm(ARGS.model_dir or "")
+        except Exception as e:  # keep going: report what failed
+            import traceback
+
+            traceback.print_exc()
+            RESULTS.setdefault("failed", {})[s] = f"{type(e).__name__}: {e}"
+            log(f"section {s} FAILED: {e}")
+        save(ARGS.out)
+    log("done")
+
+
+ARGS: argparse.Namespace
+
+if __name__ == "__main__":
+    main()
