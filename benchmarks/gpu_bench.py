@@ -442,6 +442,8 @@ def main() -> None:
     ap.add_argument("--latency-pages", type=int, default=50)
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--warm-pages", type=int, default=64)
+    ap.add_argument("--det-batches", default="1,8,32", help="stage section, det at 960x960")
+    ap.add_argument("--rec-batches", default="1,64,256,1024", help="stage section, rec at 48x320")
     ap.add_argument("--budget-s", type=float, default=540, help="skip sections started after this")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--device", default="cuda", help="cpu only for a smoke test of the e2e section")
@@ -487,7 +489,8 @@ def main() -> None:
             elif s == "stage":
                 cf = STAGE_CONFIGS if ARGS.stage_configs == "all" else [
                     c for c in STAGE_CONFIGS if c[0] in ARGS.stage_configs.split(";")]
-                sec_stage(models, cf, (1, 8, 32), (1, 64, 256, 1024), ARGS.iters)
+                sec_stage(models, cf, tuple(int(b) for b in ARGS.det_batches.split(",")),
+                          tuple(int(b) for b in ARGS.rec_batches.split(",")), ARGS.iters)
             elif s == "e2e":
                 cf = [e2e_all[k] for k in ARGS.e2e_configs.split(",")]
                 sec_e2e(engine_kw, synth_dir, dev, cf, ARGS.latency_pages, ARGS.det_batch, ARGS.rec_batch)
@@ -505,7 +508,62 @@ def main() -> None:
     log("done")
 
 
+def markdown(paths: list[str]) -> str:
+    """Tables for docs/BENCHMARKS.md from one or more result JSON files (merged in order)."""
+    R: dict = {}
+    for p in paths:
+        d = json.loads(Path(p).read_text(encoding="utf-8"))
+        for k, v in d.items():
+            if isinstance(v, dict) and isinstance(R.get(k), dict):
+                R[k].update(v)
+            else:
+                R[k] = v
+    out = [f"Device: {R.get('device')}, torch {R.get('torch')}, {R.get('cpu_count')} CPU cores.", ""]
+    if "peaks" in R:
+        pk = R["peaks"]
+        out += [f"Measured ceilings: matmul BF16 {pk['matmul_bf16_tflops']:.0f} TFLOP/s, FP16 "
+                f"{pk['matmul_fp16_tflops']:.0f} TFLOP/s; device copy {pk['copy_GBps_read_plus_write']:.0f} GB/s "
+                "(read + write).", ""]
+    if "stage" in R:
+        out += ["| network (input) | config | batch-1 p50 / p95 ms | best throughput | first call s | peak mem GiB |",
+                "|---|---|---|---|---|---|"]
+        for row in R["stage"].values():
+            bs = [k for k in row if k.startswith("b") and k[1:].isdigit()]
+            best = max(bs, key=lambda k: row[k]["items_per_s"])
+            unit = "pages/s" if row["role"] == "det" else "lines/s"
+            shp = "x".join(str(v) for v in row["shape"][1:])
+            out.append(f"| {row['role']} ({shp}) | {row['config']} | {row['b1']['p50_ms']:.2f} / "
+                       f"{row['b1']['p95_ms']:.2f} | {row[best]['items_per_s']:.0f} {unit} (batch {best[1:]}) | "
+                       f"{row['b1']['first_call_s']:.1f} | {row['peak_mem_GiB']:.2f} |")
+        out.append("")
+    if "e2e" in R:
+        out += ["| end to end (GpuPipeline) | pages/s | lines/s | 1-page latency p50 / p95 ms | GPU util mean | "
+                "host CPU ms/page | peak GPU GiB | CER synth | CER dev | dev pages/s |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for row in R["e2e"].values():
+            dv = row.get("dev", {})
+            lat = (f"{row['latency_ms_p50']:.1f} / {row['latency_ms_p95']:.1f}"
+                   if "latency_ms_p50" in row else "-")
+            out.append(f"| {row['config']} | {row['pages_per_s']:.1f} | {row['lines_per_s']:.0f} | {lat} | "
+                       f"{row['gpu_util'].get('util_mean', float('nan')):.0f} % | "
+                       f"{row['host_cpu_s_per_page'] * 1e3:.1f} | {row['peak_mem_GiB']:.1f} | "
+                       f"{row['synth_cer'] * 100:.2f} % | "
+                       f"{dv.get('cer', float('nan')) * 100:.2f} % | {dv.get('pages_per_s', float('nan')):.1f} |")
+        out.append("")
+    if "ort_cpu16" in R:
+        out += ["| ONNX Runtime CPU, 16 threads (ocrforge engine, read() per page) | pages | pages/s | "
+                "latency p50 ms | CER | host CPU ms/page |", "|---|---|---|---|---|---|"]
+        for k, v in R["ort_cpu16"].items():
+            out.append(f"| {k} | {v['pages']} | {v['pages_per_s']:.2f} | {v['latency_ms_p50']:.0f} | "
+                       f"{v['cer'] * 100:.2f} % | {v['host_cpu_s_per_page'] * 1e3:.0f} |")
+        out.append("")
+    return "\n".join(out)
+
+
 ARGS: argparse.Namespace
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "markdown":
+        print(markdown(sys.argv[2:]))
+    else:
+        main()
