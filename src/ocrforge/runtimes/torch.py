@@ -75,6 +75,22 @@ class _Fp32Out(nn.Module):
         return self.net(x).float()
 
 
+class _CtcOut(nn.Module):
+    """Recognition head for the GPU pipeline: per CTC step the argmax class (int32) and its
+    softmax probability, without materialising the N x T x classes softmax in FP32."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.net.logits(x)
+        m, idx = logits.max(dim=2)
+        # p(argmax) = 1 / sum(exp(l - max)); exp() <= 1 is safe in FP16, the sum runs in FP32
+        denom = torch.exp(logits - m.unsqueeze(2)).sum(dim=2, dtype=torch.float32)
+        return idx.to(torch.int32), 1.0 / denom
+
+
 def resolve_device(name: str) -> torch.device:
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -112,9 +128,10 @@ class TorchRuntime:
                 torch.backends.cudnn.allow_tf32 = False
                 torch.backends.cuda.matmul.allow_tf32 = False
         t0 = time.perf_counter()
-        net = module if module is not None else build_network(role, path)
+        net = module if module is not None else build_network(role.split("_")[0], path)
         self.net = net.eval()
-        self.module = _Fp32Out(role, net).to(self.dev, self.dtype).eval()
+        wrap = _CtcOut(net) if role == "rec_ctc" else _Fp32Out(role, net)
+        self.module = wrap.to(self.dev, self.dtype).eval()
         if self.cuda:
             self.module = self.module.to(memory_format=torch.channels_last)
         for p in self.module.parameters():
@@ -142,8 +159,9 @@ class TorchRuntime:
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Device tensor in (any float dtype), float32 device tensor out. With cuda_graphs the
-        result is a view of the graph's static output: consume it before the next call."""
+        """Device tensor in (any float dtype), float32 device tensor out (role rec_ctc: a tuple
+        of int32 indices and float32 probabilities). With cuda_graphs the result is the
+        graph's static output: consume it before the next call."""
         x = self._prepare(x)
         if not self.use_graphs:
             return self.fn(x)

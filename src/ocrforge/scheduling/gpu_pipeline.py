@@ -92,6 +92,8 @@ class GpuPipeline:
         self.engine = engine
         self.det = engine.det_rt
         self.rec = engine.rec_rt
+        # same weights, CTC head: argmax index + its probability come out of the network call
+        self.rec_ctc = TorchRuntime("rec_ctc", self.rec.path, cfg, module=self.rec.net)
         self.dev = self.det.dev
         self.cuda = self.dev.type == "cuda"
         self.dtype = self.det.dtype
@@ -236,10 +238,8 @@ class GpuPipeline:
 
     def _rec_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, 3, 48, W) -> argmax index (int32) and its probability per CTC step."""
-        logits_fn = self.rec.forward  # softmax probabilities in FP32
-        probs = logits_fn(x)
-        conf, idx = probs.max(dim=2)
-        return idx.to(torch.int32), conf
+        idx, conf = self.rec_ctc.forward(x)
+        return idx, conf
 
     def _ctc(self, idx: np.ndarray, conf: np.ndarray) -> list[tuple[str, float]]:
         keep = idx != 0
