@@ -394,7 +394,9 @@ class GpuPipeline:
 
     def _gpu_loop(self, in_q: queue.Queue, out_q: queue.Queue, pool: ThreadPoolExecutor,
                   stop: threading.Event) -> None:
-        limit, ltype = self.engine.config.det_limit_side, self.engine.config.det_limit_type
+        dp = self.engine.det_prep  # resize exactly as the engine's detector preprocessing does
+        limit, ltype = dp.limit, dp.limit_type
+        rs_kw = {k: getattr(dp, k) for k in ("min_side", "max_upscale") if hasattr(dp, k)}
         waiting: dict[tuple[int, int], list[_Page]] = {}
         post: deque[Future] = deque()
         rec_q: dict[int, list[tuple[_Page, int, torch.Tensor]]] = {}
@@ -470,7 +472,7 @@ class GpuPipeline:
                 if p.error is not None:
                     emit(p)
                     continue
-                p.rh, p.rw = resize_shape(p.h, p.w, limit, ltype)
+                p.rh, p.rw = resize_shape(p.h, p.w, limit, ltype, **rs_kw)
                 b = self.page_bucket(p.rh, p.rw)
                 waiting.setdefault(b, []).append(p)
                 n_waiting += 1
