@@ -17,6 +17,7 @@ COMMANDS = [
     "ocrforge.commands.synth",
     "ocrforge.commands.bench",
     "ocrforge.commands.serve",
+    "ocrforge.commands.build",
 ]
 
 

@@ -39,6 +39,10 @@ class EngineConfig:
     execution_mode: str = "sequential"  # "sequential" | "parallel"
     enable_mem_pattern: bool = True
     enable_cpu_mem_arena: bool = True
+    # per-network intra-op threads (None = intra_op_threads); lets pipelined det and rec share cores
+    det_threads: int | None = None
+    rec_threads: int | None = None
+    allow_spinning: bool = True  # ORT worker threads busy-wait between ops (fast alone, costly when stages overlap)
 
     # detection
     det_limit_side: int = 960  # resize so the long side is at most this (multiple of 32)
@@ -59,6 +63,7 @@ class EngineConfig:
     rec_batch_size: int = 16
     rec_max_width: int = 3200  # crops wider than this (at height 48) are squeezed
     rec_width_step: int = 32  # crops are padded to a multiple of this width
+    rec_min_width: int | None = None  # narrowest batch width (None = the model's training width, 320)
     drop_score: float = 0.5  # lines with a lower mean character score are dropped
 
     # input limits

@@ -42,7 +42,8 @@ class OCR:
         self.det_prep = DetPreprocessor(ms.det_constants, cfg.det_limit_side, cfg.det_limit_type)
         self.det_decode = DBDecoder(det["thresh"], det["box_thresh"], det["unclip_ratio"],
                                     int(det["max_candidates"]), cfg.det_min_size)
-        self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec_max_width, cfg.rec_width_step)
+        self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec_max_width, cfg.rec_width_step,
+                                        cfg.rec_min_width)
         self.ctc = CTCDecoder(self.models.characters())
         self.det_rt = build_runtime("det", self.models.det, cfg)
         self.rec_rt = build_runtime("rec", self.models.rec, cfg)

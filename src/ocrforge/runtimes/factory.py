@@ -16,6 +16,9 @@ def build_runtime(role: str, path: Path, cfg: EngineConfig) -> Runtime:
         return build_torch_runtime(role, path, cfg)
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
+    threads = getattr(cfg, f"{role}_threads", None)
+    if threads is not None:
+        cfg = cfg.with_(intra_op_threads=threads)
     precision = getattr(cfg, f"{role}_precision")
     if precision != "fp32":
         from ocrforge.optimize.artifacts import artifact_for

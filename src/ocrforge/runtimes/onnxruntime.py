@@ -60,6 +60,8 @@ def session_options(cfg: EngineConfig) -> ort.SessionOptions:
     so.enable_mem_pattern = cfg.enable_mem_pattern
     so.enable_cpu_mem_arena = cfg.enable_cpu_mem_arena
     so.log_severity_level = 3
+    if not getattr(cfg, "allow_spinning", True):
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 

@@ -1,10 +1,16 @@
 """Throughput pipeline for many pages.
 
-Three stages run concurrently and hand work over through bounded queues, so memory stays
+Four stages run concurrently and hand work over through bounded queues, so memory stays
 flat however many pages a job has and results come out in input order:
 
-  decode (thread pool, lookahead bounded) -> detect + crop (thread) -> orient + recognise
-  (caller's thread), with recognition batched by width across a group of pages.
+  decode (thread pool, lookahead bounded) -> detect + DB decode + crop (thread) ->
+  orient + recognise + CTC decode (thread, crops of ``batch_pages`` pages batched together
+  by width) -> the caller, who only receives finished pages.
+
+ONNX Runtime releases the GIL while a network runs, so detection of page N+1 overlaps
+recognition of page N. On few cores the two sessions compete for them: ``det_threads`` /
+``rec_threads`` and ``allow_spinning`` in EngineConfig decide how they share
+(docs/BENCHMARKS.md, "CPU acceleration", has the measurements).
 """
 
 from __future__ import annotations
@@ -108,24 +114,42 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, batch_pages: int = 4) -> 
         finally:
             _put(rec_q, _END, stop)
 
+    out_q: queue.Queue = queue.Queue(maxsize=depth)
+
+    def recogniser() -> None:
+        try:
+            while True:
+                got = rec_q.get()
+                if got is _END:
+                    break
+                if isinstance(got, InputError):
+                    _put(out_q, [_error_page(got)], stop)
+                elif isinstance(got, BaseException):
+                    _put(out_q, got, stop)
+                    return
+                else:
+                    _put(out_q, _recognise_group(engine, got), stop)
+        except BaseException as e:
+            _put(out_q, e, stop)
+        finally:
+            _put(out_q, _END, stop)
+
     threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-producer"),
-               threading.Thread(target=detector, daemon=True, name="ocrforge-detector")]
+               threading.Thread(target=detector, daemon=True, name="ocrforge-detector"),
+               threading.Thread(target=recogniser, daemon=True, name="ocrforge-recogniser")]
     for t in threads:
         t.start()
     try:
         while True:
-            got = rec_q.get()
+            got = out_q.get()
             if got is _END:
                 break
-            if isinstance(got, InputError):
-                yield _error_page(got)
-            elif isinstance(got, BaseException):
+            if isinstance(got, BaseException):
                 raise got
-            else:
-                yield from _recognise_group(engine, got)
+            yield from got
     finally:
         stop.set()
-        for q in (det_q, rec_q):  # unblock producers waiting on a full queue
+        for q in (det_q, rec_q, out_q):  # unblock producers waiting on a full queue
             try:
                 while True:
                     q.get_nowait()
