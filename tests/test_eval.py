@@ -149,3 +149,14 @@ def test_bad_dataset_errors_name_the_input(tmp_path):
     (tmp_path / "labels.jsonl").write_text('{"image": "x.png"\n')
     with pytest.raises(DatasetError, match=":1"):
         load_dataset(tmp_path)
+
+
+def test_aligned_cer_ignores_reading_order_only():
+    r = rec([("aaa", box(0, 0, 50, 20)), ("ccc", box(100, 15, 150, 35)), ("bbb", box(0, 30, 50, 50))])
+    # the engine's row rule puts ccc (top 22) on bbb's row: "aaa / bbb ccc" vs reference "aaa / ccc / bbb"
+    page = Page([Line("aaa", box(0, 0, 50, 20), 0.9), Line("bbb", box(0, 30, 50, 50), 0.9),
+                 Line("ccc", box(100, 22, 150, 42), 0.9)], 200, 60)
+    s = score_page(r, page)
+    assert s["edits"] > 0 and s["edits_aligned"] == 0
+    page.lines[2].text = "ccx"
+    assert score_page(r, page)["edits_aligned"] == 1

@@ -99,3 +99,15 @@ def test_match_rejects_bad_mask_and_handles_empty():
     assert (m.tp, m.fp, m.fn) == (0, 0, 0)
     assert prf(0, 0, 0) == (1.0, 1.0, 1.0)
     assert prf(0, 0, 3) == (1.0, 0.0, 0.0)
+
+
+def test_align_order_follows_reference_lines():
+    from ocrforge.tools.metrics import align_order
+
+    refs = [box(0, 0, 50, 20), box(100, 15, 150, 35), box(0, 30, 50, 50)]
+    rank = [0, 1, 2]
+    hyps = [box(0, 31, 50, 50), box(300, 300, 320, 320), box(101, 22, 150, 42), box(0, 0, 25, 20), box(26, 0, 50, 20)]
+    # split line (3, 4) keeps left-to-right; the stray box goes after its nearest reference (ref 1)
+    assert align_order(refs, rank, hyps) == [3, 4, 2, 1, 0]
+    assert align_order(refs, rank, []) == []
+    assert align_order([], [], [box(0, 10, 5, 15), box(0, 0, 5, 5)]) == [1, 0]

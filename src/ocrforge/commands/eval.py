@@ -31,12 +31,13 @@ def results_table(res: dict[str, Any], title: str):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("group", "pages", "ref lines", "CER %", "CER no-space %", "det P %", "det R %",
-                "det F1 %", "line acc %"):
+    for col in ("group", "pages", "ref lines", "CER %", "CER aligned %", "CER no-space %", "det P %",
+                "det R %", "det F1 %", "line acc %"):
         t.add_column(col, justify="left" if col == "group" else "right")
 
     def row(name: str, g: dict[str, Any], style: str | None = None) -> None:
-        t.add_row(name, str(g["pages"]), str(g["lines"]), _pct(g["cer"]), _pct(g["cer_nospace"]),
+        t.add_row(name, str(g["pages"]), str(g["lines"]), _pct(g["cer"]), _pct(g["cer_aligned"]),
+                  _pct(g["cer_nospace"]),
                   _pct(g["det_precision"]), _pct(g["det_recall"]), _pct(g["det_f1"]),
                   _pct(g["line_acc"]), style=style)
 

@@ -491,7 +491,8 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
             acc = score_pages(inp.records, pages, casefold=st.casefold, dataset=inp.dataset)
             ent["accuracy"] = {k: acc[k] for k in ("overall", "by_lang", "by_kind", "options")}
             o = acc["overall"]
-            ent["metrics"].update(cer=o["cer"], cer_nospace=o["cer_nospace"], det_f1=o["det_f1"],
+            ent["metrics"].update(cer=o["cer"], cer_aligned=o["cer_aligned"], cer_nospace=o["cer_nospace"],
+                                  det_f1=o["det_f1"],
                                   line_acc=o["line_acc"])
         out_entries[n] = ent
     base = out_entries[baseline]["metrics"]
@@ -584,6 +585,7 @@ ROWS: list[tuple[str, str, str]] = [  # key, label, format
     ("stage_post-processing_ms", "post-processing ms/page", "{:.1f}"),
     ("stage_engine_ms", "peer engine call ms/page", "{:.1f}"),
     ("cer", "CER %", "pct"),
+    ("cer_aligned", "CER, lines aligned to labels %", "pct"),
     ("cer_nospace", "CER without spaces %", "pct"),
     ("det_f1", "detection F1 %", "pct"),
     ("line_acc", "line accuracy %", "pct"),
@@ -652,7 +654,8 @@ def chart_png(report: dict[str, Any]) -> bytes:
             peer = report["entries"][n]["kind"] == "peer"
             ax.scatter([100 * x], [y], s=60, marker="s" if peer else "o",
                        color="tab:gray" if peer else ("tab:red" if n == report["baseline"] else "tab:blue"))
-            ax.annotate(n, (100 * x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+            label = f"{n} (baseline)" if n == report["baseline"] else (f"{n} (peer)" if peer else n)
+            ax.annotate(label, (100 * x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.set_xlabel("CER % (lower is better)")
         ax.set_ylabel("pages/s (higher is better)")
         ax.set_title(f"throughput vs CER: {Path(report['dataset']).name} ({report['pages']} pages)")

@@ -11,6 +11,8 @@ its cared-for lines put in reading order by the same rule as ``Page.text`` of oc
 (``sort_reading_order``: top-to-bottom by top-left corner, left-to-right within 10 px rows;
 rows joined by newlines, lines of one row by spaces), so the reference and every engine's
 hypothesis are linearised identically and page CER does not depend on the labels' line order.
+Hypothesis lines inside don't-care regions are left out of the page text. ``cer_aligned``
+(see ``metrics.align_order``) removes reading-order effects; ``cer_nospace`` ignores spaces.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 from ocrforge.result import Line, Page
 from ocrforge.stages.detect import sort_reading_order
 from ocrforge.tools.dataset import Record, load_dataset
-from ocrforge.tools.metrics import char_errors, match_lines, normalize_text, prf
+from ocrforge.tools.metrics import align_order, char_errors, match_lines, normalize_text, prf
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -55,12 +57,18 @@ def use_casefold(kind: str, mode: str) -> bool:
     return mode == "always" or (mode == "auto" and kind in CASEFOLD_KINDS)
 
 
+def reading_order(polys: Sequence[Any]) -> list[int]:
+    """Indices of polygons in ocrforge's reading order (``sort_reading_order``)."""
+    boxes = [np.asarray(p, dtype=np.float32).reshape(-1, 2)[:4] for p in polys]
+    by_id = {id(b): i for i, b in enumerate(boxes)}
+    return [by_id[id(b)] for b in sort_reading_order(list(boxes))]
+
+
 def reading_order_text(items: Sequence[tuple[str, Any]]) -> str:
     """Join (text, poly) pairs with ocrforge's reading-order rule (as Page.text does)."""
-    boxes = [np.asarray(p, dtype=np.float32).reshape(-1, 2)[:4] for _, p in items]
-    by_id = {id(b): i for i, b in enumerate(boxes)}
-    order = [by_id[id(b)] for b in sort_reading_order(list(boxes))]
-    lines = [Line(items[i][0], boxes[i].tolist(), 1.0) for i in order]
+    order = reading_order([p for _, p in items])
+    lines = [Line(items[i][0], np.asarray(items[i][1], dtype=np.float32).reshape(-1, 2)[:4].tolist(), 1.0)
+             for i in order]
     return Page(lines, 0, 0).text
 
 
@@ -93,15 +101,24 @@ def score_page(rec: Record, page: Any, casefold: str = "auto") -> dict[str, Any]
         )
         out.update(tp=m.tp, fp=m.fp, fn=m.fn, ref_lines=m.n_ref, correct_lines=correct,
                    ignored_hyp=len(m.ignored_hyp))
-        if m.ignored_hyp:
-            drop = set(m.ignored_hyp)
-            kept = [Line(ln.text, ln.poly, 1.0) for j, ln in enumerate(hyp_lines) if j not in drop]
-            hyp_text = Page(kept, 0, 0).text
+        drop = set(m.ignored_hyp)
+        kept = [ln for j, ln in enumerate(hyp_lines) if j not in drop]
+        if drop:
+            hyp_text = Page([Line(ln.text, ln.poly, 1.0) for ln in kept], 0, 0).text
+        care = rec.care_lines
+        rank = [0] * len(care)
+        for pos, i in enumerate(reading_order([ln.poly for ln in care])):
+            rank[i] = pos
+        aligned = "\n".join(kept[j].text for j in align_order([ln.poly for ln in care], rank,
+                                                                [ln.poly for ln in kept]))
     ref_text = reference_text(rec)
     edits, ref_len = char_errors(ref_text, hyp_text, cf)
     ns_ref = "".join(normalize_text(ref_text, cf).split())
     ns_hyp = "".join(normalize_text(hyp_text, cf).split())
+    # without boxes there is no order to align: aligned = page CER
+    a_edits = edits if rec.lines is None else char_errors(ref_text, aligned, cf)[0]
     out.update(edits=edits, ref_chars=ref_len, cer=edits / ref_len if ref_len else float(edits > 0),
+               edits_aligned=a_edits,
                edits_nospace=Levenshtein.distance(ns_ref, ns_hyp), ref_chars_nospace=len(ns_ref))
     return out
 
@@ -121,6 +138,7 @@ def aggregate(scores: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "cer": edits / chars if chars else None,
         "cer_page_mean": (sum(s["cer"] for s in scores) / len(scores)) if scores else None,
         "cer_nospace": ns_e / ns_c if ns_c else None,
+        "cer_aligned": sum(s["edits_aligned"] for s in scores) / chars if chars else None,
         "boxed_pages": len(boxed),
         "lines": sum(s["ref_lines"] for s in boxed),
         "hyp_lines": sum(s["hyp_lines"] for s in scores),
