@@ -373,7 +373,7 @@ def sec_ort(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, n: int) -> N
     eng = OCR(intra_op_threads=16, **engine_kw)
     r = {}
     for label, recs in (("synth", load_dataset(synth_dir)[:n]),
-                        ("dev", load_dataset(dev_dir) if dev_dir else [])):
+                        ("dev", load_dataset(dev_dir)[: ARGS.ort_dev_pages] if dev_dir else [])):
         if not recs:
             continue
         eng.read(str(recs[0].image))  # warm-up
@@ -439,6 +439,7 @@ def main() -> None:
     ap.add_argument("--det-batch", type=int, default=16)
     ap.add_argument("--rec-batch", type=int, default=128)
     ap.add_argument("--ort-pages", type=int, default=20)
+    ap.add_argument("--ort-dev-pages", type=int, default=1000)
     ap.add_argument("--latency-pages", type=int, default=50)
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--warm-pages", type=int, default=64)
