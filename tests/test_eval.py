@@ -89,15 +89,8 @@ def dataset(tmp_path_factory) -> Path:
     return _make_dataset(tmp_path_factory.mktemp("evalset"))
 
 
-@pytest.fixture(scope="module")
-def eval_engine():
-    from ocrforge import OCR
-
-    return OCR()
-
-
-def test_evaluate_real_engine(dataset, eval_engine):
-    res = evaluate(eval_engine, dataset)
+def test_evaluate_real_engine(dataset, engine):
+    res = evaluate(engine, dataset)
     o = res["overall"]
     assert o["pages"] == 4 and o["errors"] == 1
     assert o["lines"] == 3 and o["boxed_pages"] == 2
@@ -110,9 +103,9 @@ def test_evaluate_real_engine(dataset, eval_engine):
     # the broken page is the only source of character errors: 3 of all reference chars
     assert o["cer"] == pytest.approx(3 / o["ref_chars"])
     assert set(res["by_lang"]) == {"en", "mixed"} and set(res["by_kind"]) == {"document", "text_line"}
-    assert res["config"]["engine_config"]["model_set"] == eval_engine.config.model_set
+    assert res["config"]["engine_config"]["model_set"] == engine.config.model_set
     # single-page read() path scores the same pages
-    single = evaluate(eval_engine, dataset, limit=2, batch=False)
+    single = evaluate(engine, dataset, limit=2, batch=False)
     assert single["overall"]["pages"] == 2 and single["overall"]["det_f1"] == 1.0
 
 

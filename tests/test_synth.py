@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ocrforge.tools.dataset import load_dataset
-from ocrforge.tools.synth import KINDS, _dictionary, find_fonts, generate, render_page
+from ocrforge.tools.synth import KINDS, _dictionary, find_fonts, generate, render_page, wheel_font
 
 
 def _labels(d):
@@ -93,18 +93,20 @@ def test_cli_and_bad_options(tmp_path):
     recs = _labels(tmp_path / "o")
     assert len(recs) == 2 and all(r["lang"] in ("zh", "mixed") for r in recs)
     assert json.loads((tmp_path / "o" / "synth.json").read_text())["seed"] == 3
+    # the wheel's simfang.ttf alone is enough (CI machines without Debian fonts)
+    only = generate(tmp_path / "simfang", 3, seed=4, fonts=[wheel_font()])
+    assert {f for r in _labels(only) for f in r["fonts"]} == {"simfang.ttf"}
     with pytest.raises(ValueError, match="lang"):
         generate(tmp_path / "x", 1, lang="fr")
     with pytest.raises(FileNotFoundError, match="nope.ttf"):
         generate(tmp_path / "x", 1, fonts=[tmp_path / "nope.ttf"])
 
 
-def test_default_engine_reads_clean_pages(tmp_path):
-    from ocrforge import OCR
+def test_default_engine_reads_clean_pages(tmp_path, engine):
     from ocrforge.tools.eval import evaluate
 
     out = generate(tmp_path / "clean", 3, seed=5, clean=True, kind="document", min_lines=5)
-    res = evaluate(OCR(), out)
+    res = evaluate(engine, out)
     o = res["overall"]
     assert o["errors"] == 0
     assert o["cer"] < 0.05, o

@@ -373,6 +373,25 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def code_info() -> dict[str, Any]:
+    """The ocrforge version and, in a git checkout, its commit and locally modified files."""
+    import subprocess
+
+    from ocrforge import __version__
+
+    out: dict[str, Any] = {"ocrforge": __version__}
+    root = Path(__file__).resolve().parents[3]
+    try:
+        out["commit"] = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                       text=True, timeout=10, check=True).stdout.strip()
+        st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, timeout=10, check=True).stdout
+        out["modified"] = [ln[3:] for ln in st.splitlines() if ln.strip()]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
 def _pct(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
@@ -507,6 +526,7 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
         "labeled": inp.records is not None,
         "settings": {k: v for k, v in st.__dict__.items()},
         "host": host_info(),
+        "code": code_info(),
         "baseline": baseline,
         "order": order,
         "entries": out_entries,
