@@ -39,7 +39,8 @@ class OCR:
         self.models = resolve_models(cfg.model_set, cfg.model_dir)
         ms = self.models.model_set
         det = cfg.resolved_det()
-        self.det_prep = DetPreprocessor(ms.det_constants, cfg.det_limit_side, cfg.det_limit_type)
+        self.det_prep = DetPreprocessor(ms.det_constants, cfg.det_limit_side, cfg.det_limit_type,
+                                        cfg.det_min_side, cfg.det_max_upscale)
         self.det_decode = DBDecoder(det["thresh"], det["box_thresh"], det["unclip_ratio"],
                                     int(det["max_candidates"]), cfg.det_min_size)
         self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec_max_width, cfg.rec_width_step,

@@ -101,7 +101,7 @@ def engine_view(engine: OCR, key: EngineKey, cls_runtime: Any | None) -> OCR:
     view.config = cfg.with_(det_limit_side=det_limit, use_cls=use_cls)
     if det_limit != cfg.det_limit_side:
         view.det_prep = DetPreprocessor(engine.models.model_set.det_constants, det_limit,
-                                        cfg.det_limit_type)
+                                        cfg.det_limit_type, cfg.det_min_side, cfg.det_max_upscale)
     view.cls_rt = cls_runtime if use_cls else None
     return view
 

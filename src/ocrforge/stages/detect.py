@@ -20,11 +20,19 @@ class DetInput:
     orig_w: int
 
 
-def resize_shape(h: int, w: int, limit: int, limit_type: str = "max") -> tuple[int, int]:
-    """Target (h, w): aspect kept, both multiples of 32, long side <= limit ("max") or
-    short side >= limit ("min", capped so the long side stays <= 4000)."""
+def resize_shape(h: int, w: int, limit: int, limit_type: str = "max", min_side: int = 0,
+                 max_upscale: float = 1.0) -> tuple[int, int]:
+    """Detector input (h, w): aspect kept, both multiples of 32.
+
+    "max": the long side is at most ``limit``; pages whose short side is below ``min_side``
+    are enlarged towards it (by at most ``max_upscale``, never past ``limit``), because
+    small print on small images is found more reliably at a larger scale.
+    "min": the short side is at least ``limit`` (PaddleOCR's mode; long side capped at 4000).
+    """
     if limit_type == "max":
         ratio = min(1.0, limit / max(h, w))
+        if min_side and min(h, w) < min_side:
+            ratio = max(ratio, min(min_side / min(h, w), max_upscale, limit / max(h, w)))
     else:
         ratio = max(1.0, limit / min(h, w))
         if max(h, w) * ratio > 4000:
@@ -35,7 +43,8 @@ def resize_shape(h: int, w: int, limit: int, limit_type: str = "max") -> tuple[i
 
 
 class DetPreprocessor:
-    def __init__(self, constants: DetConstants, limit: int, limit_type: str = "max"):
+    def __init__(self, constants: DetConstants, limit: int, limit_type: str = "max",
+                 min_side: int = 0, max_upscale: float = 1.0):
         mean = np.array(constants.mean, np.float32)
         std = np.array(constants.std, np.float32)
         # (x/255 - mean)/std as one multiply-add per pixel
@@ -43,10 +52,12 @@ class DetPreprocessor:
         self.offset = (-mean / std).astype(np.float32)
         self.limit = limit
         self.limit_type = limit_type
+        self.min_side = min_side
+        self.max_upscale = max_upscale
 
     def __call__(self, img: np.ndarray) -> DetInput:
         h, w = img.shape[:2]
-        rh, rw = resize_shape(h, w, self.limit, self.limit_type)
+        rh, rw = resize_shape(h, w, self.limit, self.limit_type, self.min_side, self.max_upscale)
         resized = cv2.resize(img, (rw, rh), interpolation=cv2.INTER_LINEAR) if (rh, rw) != (h, w) else img
         x = resized.astype(np.float32)
         x *= self.scale
