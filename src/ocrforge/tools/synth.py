@@ -76,8 +76,10 @@ def wheel_font() -> Path | None:
 
 @lru_cache(maxsize=64)
 def _font_info(path: str, index: int) -> FontInfo:
-    from fontTools.ttLib import TTFont
-
+    try:
+        from fontTools.ttLib import TTFont
+    except ImportError:
+        raise RuntimeError("ocrforge synth needs fontTools: pip install 'ocrforge[bench]'") from None
     tt = TTFont(path, fontNumber=index, lazy=True)
     cmap = frozenset(tt.getBestCmap() or {})
     tt.close()
