@@ -18,6 +18,7 @@ COMMANDS = [
     "ocrforge.commands.bench",
     "ocrforge.commands.serve",
     "ocrforge.commands.build",
+    "ocrforge.commands.tune",
 ]
 
 
