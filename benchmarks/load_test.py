@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import socket
 import statistics
 import subprocess
@@ -56,7 +57,7 @@ class Server:
         self.name = name
         self.args = args
         self.log_path = log_dir / f"server-{name}.log"
-        cmd = [sys.executable, "-m", "ocrforge.cli", "serve", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "ocrforge.commands.serve", "--host", "127.0.0.1",
                "--port", str(self.port), "--no-access-log", "--log-level", "warning", *args]
         self.cmd = cmd
         self._log = open(self.log_path, "wb")
@@ -291,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="target a running server instead of starting one")
     ap.add_argument("--url-nobatch", help="with --url: a second server started with --no-batching")
     ap.add_argument("--api-key", default=os.environ.get("OCRFORGE_API_KEY"))
+    ap.add_argument("--server-timeout", type=float, default=600,
+                    help="request timeout of the servers the script starts (s); long, so that a "
+                    "deep queue on a slow machine is measured rather than cut off by 504s")
     ap.add_argument("--server-args", default="", help="extra `ocrforge serve` options, e.g. "
                     "\"--runtime torch --device cuda --precision fp16\"")
     ap.add_argument("--images", default=DEFAULT_IMAGES, help="folder of images (and PDFs)")
@@ -316,10 +320,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write all results as JSON here")
     ap.add_argument("--markdown", help="write a Markdown summary here")
     args = ap.parse_args(argv)
+    # SIGTERM (kill, CI timeouts) unwinds like Ctrl-C, so the servers started here are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    base = shlex.split(args.server_args)
+    base = ["--timeout", str(args.server_timeout), *shlex.split(args.server_args)]
     if args.api_key and not args.url:
         base += ["--api-key", args.api_key]
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"ocrforge-load-{os.getpid()}"

@@ -35,12 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pixels per page (decompression bombs: 422)")
     b.add_argument("--max-pdf-pages", type=int, default=50, help="pages per PDF (422)")
     b.add_argument("--dpi", type=int, help="PDF render resolution (default 200)")
+    b.add_argument("--max-det-limit", type=int, default=4096,
+                   help="largest det_limit a request may ask for (default 4096)")
     b.add_argument("--decode-threads", type=int, default=2, help="image/PDF decode threads")
     b.add_argument("--api-key", help="require this key (else env OCRFORGE_API_KEY) on every "
                    "endpoint but /healthz and /readyz")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
-    b.add_argument("--no-gpu-pipeline", action="store_true",
-                   help="torch on CUDA: use the per-stage engine path instead of the GPU pipeline")
+    b.add_argument("--gpu-pipeline", action="store_true",
+                   help="torch on CUDA: run each batch through the engine's streaming GPU pipeline "
+                   "(experimental; default: engine.ocr_images)")
     b.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     b.add_argument("--no-access-log", action="store_true", help="no per-request log lines")
@@ -68,10 +71,11 @@ def settings_from_args(args: argparse.Namespace):
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         max_pixels=args.max_pixels,
         max_pdf_pages=args.max_pdf_pages,
+        max_det_limit=args.max_det_limit,
         decode_threads=args.decode_threads,
         api_key=args.api_key or os.environ.get("OCRFORGE_API_KEY") or None,
         warmup=not args.no_warmup,
-        gpu_pipeline=not args.no_gpu_pipeline,
+        gpu_pipeline=args.gpu_pipeline,
     )
     s.validate()
     return s
@@ -99,3 +103,19 @@ def run(args: argparse.Namespace) -> int:
                 access_log=not args.no_access_log,
                 timeout_graceful_shutdown=int(settings.request_timeout_s) + 5)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ocrforge.commands.serve ...`: the serve command alone, without the others."""
+    parser = argparse.ArgumentParser(prog="ocrforge")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"ocrforge: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

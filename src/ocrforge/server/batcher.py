@@ -106,7 +106,7 @@ def engine_view(engine: OCR, key: EngineKey, cls_runtime: Any | None) -> OCR:
     return view
 
 
-def run_engine(engine: OCR, pages: list[PageImage], gpu_pipeline: bool = True) -> list[Page]:
+def run_engine(engine: OCR, pages: list[PageImage], gpu_pipeline: bool = False) -> list[Page]:
     """One batch through the engine: ``ocr_images``, or on CUDA with the torch runtime the
     engine's GPU pipeline (cross-page detection batches, crops and CTC on the device)."""
     cfg = engine.config
@@ -137,7 +137,7 @@ class Batcher:
         queue_size: int = 64,
         cls_runtimes: list[Any | None] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
-        gpu_pipeline: bool = True,
+        gpu_pipeline: bool = False,
     ):
         if not engines:
             raise ValueError("at least one engine is needed")
