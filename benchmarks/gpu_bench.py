@@ -312,6 +312,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
         gp = GpuPipeline(eng, det_batch=det_batch, rec_batch=rec_batch, post_workers=12, **kw)
         warm_pages = list(gp.run(files[: ARGS.warm_pages]))  # captures / compiles the shapes in use
         start_s = time.perf_counter() - t0
+        log(f"e2e {name}: engine start + warm-up on {len(warm_pages)} pages {start_s:.1f}s")
         row: dict = {"config": name, "precision": prec, "compile": comp, "cuda_graphs": graphs,
                      "page_buckets": buckets, "start_plus_warmup_s": start_s,
                      "warm_pages_ok": sum(not p.error for p in warm_pages)}
@@ -320,7 +321,11 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         with GpuSampler() as smp:
             t0 = time.perf_counter()
-            pages = list(gp.run(files))
+            pages = []
+            for pg in gp.run(files):
+                pages.append(pg)
+                if len(pages) % 250 == 0:
+                    log(f"    {len(pages)} pages, {len(pages) / (time.perf_counter() - t0):.1f} pages/s so far")
             el = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = time.process_time() - cpu0

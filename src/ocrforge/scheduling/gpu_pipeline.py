@@ -187,30 +187,27 @@ class GpuPipeline:
             return hp, hb_, ev
         return prob.float().clone(), bitmap.clone(), None
 
-    def _crop_page(self, p: _Page) -> list[tuple[int, int, torch.Tensor]]:
-        """All text lines of a page as normalised rec inputs: [(line, bucket_w, 3x48xW)]."""
+    def _crop_page(self, p: _Page) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+        """All text lines of a page as normalised rec inputs in one tensor (k x 3 x 48 x Wmax,
+        zero right of each line's width), rows sorted by width bucket so that the lines of one
+        bucket are contiguous; returns it and [(line index, bucket width, row)]."""
         H, W = p.h, p.w
         hs = self.rec_h
-        mats, ws, hs_, tws, vert = [], [], [], [], []
-        for q in p.quads:
-            q = q.astype(np.float32)
-            w = max(int(max(np.linalg.norm(q[0] - q[1]), np.linalg.norm(q[2] - q[3]))), 1)
-            h = max(int(max(np.linalg.norm(q[0] - q[3]), np.linalg.norm(q[1] - q[2]))), 1)
-            dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
-            mats.append(cv2.getPerspectiveTransform(dst, q))  # crop pixel -> page pixel
-            v = h / w >= VERTICAL_RATIO
-            cw, ch = (h, w) if v else (w, h)  # size of the (turned) crop
-            tw = max(1, min(self.max_w, int(math.ceil(hs * cw / max(ch, 1)))))
-            ws.append(w)
-            hs_.append(h)
-            tws.append(tw)
-            vert.append(v)
-        k = len(mats)
-        buckets = [self.rec_bucket(tw) for tw in tws]
-        wmax = max(buckets)
+        q = np.stack(p.quads).astype(np.float32)  # k x 4 x 2 (tl, tr, br, bl)
+        nrm = np.linalg.norm
+        w = np.maximum(np.maximum(nrm(q[:, 0] - q[:, 1], axis=1), nrm(q[:, 2] - q[:, 3], axis=1)).astype(np.int64), 1)
+        h = np.maximum(np.maximum(nrm(q[:, 0] - q[:, 3], axis=1), nrm(q[:, 1] - q[:, 2], axis=1)).astype(np.int64), 1)
+        mats = _perspective(w, h, q)  # crop pixel -> page pixel, k x 3 x 3
+        vert = h / w >= VERTICAL_RATIO
+        cw_, ch_ = np.where(vert, h, w), np.where(vert, w, h)  # size of the (turned) crop
+        tws = np.clip(np.ceil(hs * cw_ / np.maximum(ch_, 1)).astype(np.int64), 1, self.max_w)
+        buckets = np.array([self.rec_bucket(int(t)) for t in tws])
+        order = np.argsort(buckets, kind="stable")
+        k = len(order)
+        wmax = int(buckets.max())
         dev = self.dev
-        m = self._to_dev(np.stack(mats).astype(np.float32))
-        info = self._to_dev(np.array([ws, hs_, tws, vert], np.float32).T)
+        m = self._to_dev(mats[order].astype(np.float32))
+        info = self._to_dev(np.stack([w, h, tws, vert], axis=1)[order].astype(np.float32))
         w_, h_, tw_, v_ = (info[:, i].view(k, 1, 1) for i in range(4))
         u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
         vv = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
@@ -222,9 +219,10 @@ class GpuPipeline:
         # undo np.rot90 for vertical crops: turned (x', y') = crop (w - 1 - y', x')
         cx = torch.where(v_ > 0, w_ - 1 - by, bx)
         cy = torch.where(v_ > 0, bx, by)
-        den = m[:, 2, 0].view(k, 1, 1) * cx + m[:, 2, 1].view(k, 1, 1) * cy + m[:, 2, 2].view(k, 1, 1)
-        sx = (m[:, 0, 0].view(k, 1, 1) * cx + m[:, 0, 1].view(k, 1, 1) * cy + m[:, 0, 2].view(k, 1, 1)) / den
-        sy = (m[:, 1, 0].view(k, 1, 1) * cx + m[:, 1, 1].view(k, 1, 1) * cy + m[:, 1, 2].view(k, 1, 1)) / den
+        mm = [m[:, i, j].view(k, 1, 1) for i in range(3) for j in range(3)]
+        den = mm[6] * cx + mm[7] * cy + mm[8]
+        sx = (mm[0] * cx + mm[1] * cy + mm[2]) / den
+        sy = (mm[3] * cx + mm[4] * cy + mm[5]) / den
         grid = torch.stack([(2 * sx + 1) / W - 1, (2 * sy + 1) / H - 1], dim=-1)
         # all crops of the page in one call: stack their grids vertically (1 x k*48 x W)
         src = p.img.unsqueeze(0).float()
@@ -233,8 +231,8 @@ class GpuPipeline:
         crops = crops.view(3, k, hs, wmax).transpose(0, 1)
         crops = (crops - self.rec_mean) / self.rec_std
         crops = crops * (u < tw_).unsqueeze(1).to(crops.dtype)  # zero right of the text
-        crops = crops.to(self.rec.dtype)
-        return [(i, buckets[i], crops[i, :, :, : buckets[i]]) for i in range(k)]
+        crops = crops.to(self.rec.dtype).contiguous()
+        return crops, [(int(li), int(buckets[li]), row) for row, li in enumerate(order)]
 
     def _rec_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, 3, 48, W) -> argmax index (int32) and its probability per CTC step."""
@@ -446,7 +444,7 @@ class GpuPipeline:
                 if ev is not None:
                     ev.synchronize()
                 texts = self._ctc(idx.numpy(), conf.numpy())
-                for (p, li, _), tx in zip(chunk, texts, strict=True):
+                for (p, li, _, _), tx in zip(chunk, texts, strict=True):
                     p.texts[li] = tx
                     p.pending -= 1
                     if p.pending == 0:
@@ -496,8 +494,9 @@ class GpuPipeline:
                     t0 = time.perf_counter()
                     p.texts = [None] * len(p.quads)
                     p.pending = len(p.quads)
-                    for li, wb, crop in self._crop_page(p):
-                        rec_q.setdefault(wb, []).append((p, li, crop))
+                    crops, rows = self._crop_page(p)
+                    for li, wb, row in rows:
+                        rec_q.setdefault(wb, []).append((p, li, crops, row))
                     p.img = None
                     self.stats.crop_s += time.perf_counter() - t0
                 for wb in list(rec_q):
@@ -520,10 +519,18 @@ class GpuPipeline:
 
     def _rec_chunk(self, chunk: list, wb: int):
         n = len(chunk)
-        npad = self.rec_batch if n > self.rec_batch // 2 else 1 << (n - 1).bit_length()
+        # two batch shapes per width bucket (fewer CUDA graphs / compiled variants to build)
+        small = max(1, self.rec_batch // 8)
+        npad = small if n <= small else self.rec_batch
         x = torch.zeros((npad, 3, self.rec_h, wb), device=self.dev, dtype=self.rec.dtype)
-        for k, (_, _, c) in enumerate(chunk):
-            x[k, :, :, : c.shape[2]] = c
+        i = 0
+        while i < n:  # one copy per run of consecutive rows of one page's crop tensor
+            _, _, crops, r0 = chunk[i]
+            j = i + 1
+            while j < n and chunk[j][2] is crops and chunk[j][3] == r0 + (j - i):
+                j += 1
+            x[i:j] = crops[r0 : r0 + (j - i), :, :, :wb]
+            i = j
         idx, conf = self._rec_forward(x)
         idx, conf = idx[:n], conf[:n]
         if self.cuda:
@@ -535,6 +542,33 @@ class GpuPipeline:
             ev.record()
             return chunk, hi, hc, ev
         return chunk, idx.clone(), conf.clone(), None
+
+
+def _perspective(w: np.ndarray, h: np.ndarray, quads: np.ndarray) -> np.ndarray:
+    """Batched cv2.getPerspectiveTransform from the rectangles (0,0)-(w,h) to the quads."""
+    k = len(w)
+    src = np.zeros((k, 4, 2), np.float64)
+    src[:, 1, 0] = w
+    src[:, 2, 0] = w
+    src[:, 2, 1] = h
+    src[:, 3, 1] = h
+    dst = quads.astype(np.float64)
+    a = np.zeros((k, 8, 8))
+    b = np.zeros((k, 8))
+    for i in range(4):
+        x, y = src[:, i, 0], src[:, i, 1]
+        u, v = dst[:, i, 0], dst[:, i, 1]
+        a[:, i, 0], a[:, i, 1], a[:, i, 2] = x, y, 1
+        a[:, i, 6], a[:, i, 7] = -x * u, -y * u
+        a[:, i + 4, 3], a[:, i + 4, 4], a[:, i + 4, 5] = x, y, 1
+        a[:, i + 4, 6], a[:, i + 4, 7] = -x * v, -y * v
+        b[:, i], b[:, i + 4] = u, v
+    try:
+        sol = np.linalg.solve(a, b[..., None])[..., 0]
+    except np.linalg.LinAlgError:  # a degenerate quad somewhere: per quad, as OpenCV does
+        return np.stack([cv2.getPerspectiveTransform(src[i].astype(np.float32),
+                                                     dst[i].astype(np.float32)) for i in range(k)])
+    return np.concatenate([sol, np.ones((k, 1))], axis=1).reshape(k, 3, 3)
 
 
 def _has_nvjpeg() -> bool:
