@@ -7,7 +7,8 @@ uses (no host round trip).
 
 Knobs (EngineConfig): device, torch_precision, torch_compile, cuda_graphs. Environment:
 OCRFORGE_TORCH_COMPILE_MODE (default "default"; e.g. "max-autotune-no-cudagraphs"),
-OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 48), and TORCHINDUCTOR_CACHE_DIR
+OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 48), OCRFORGE_CUDNN_BENCHMARK=1
+(cuDNN autotuning per shape; slower start), and TORCHINDUCTOR_CACHE_DIR
 (default: <user cache>/ocrforge/inductor, so a second start reuses compiled kernels).
 """
 
@@ -122,7 +123,10 @@ class TorchRuntime:
             + (["cudagraphs"] if self.use_graphs else [])
         ) + "]"
         if self.cuda:
-            torch.backends.cudnn.benchmark = True  # per-shape algorithm choice (shapes are bucketed)
+            # cuDNN autotuning per input shape: opt-in, since every new bucket shape then costs
+            # an autotuning pass at start (not cached across processes)
+            if os.environ.get("OCRFORGE_CUDNN_BENCHMARK", "0") == "1":
+                torch.backends.cudnn.benchmark = True
             if self.precision == "fp32":
                 # a true FP32 reference: no TF32 in cuDNN convolutions or cuBLAS (process-wide)
                 torch.backends.cudnn.allow_tf32 = False
