@@ -95,6 +95,23 @@ def test_gpu_pipeline_runs_on_cpu(pages, torch_cpu_engine):
     assert gp.stats.pages == 2 and gp.stats.lines == 8
 
 
+def test_gpu_pipeline_db_in_processes(pages, torch_cpu_engine):
+    """DB box extraction in spawned worker processes over shared memory gives the same lines."""
+    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
+
+    threads = GpuPipeline(torch_cpu_engine, det_batch=2, rec_batch=4, page_buckets=None,
+                          post_processes=0)
+    procs = GpuPipeline(torch_cpu_engine, det_batch=2, rec_batch=4, page_buckets=None,
+                        post_processes=1)
+    a = list(threads.run(pages))
+    b = list(procs.run(pages))
+    procs._dbpool.close()
+    assert [[ln.text for ln in p.lines] for p in a] == [[ln.text for ln in p.lines] for p in b]
+    for pa, pb in zip(a, b, strict=True):
+        for la, lb in zip(pa.lines, pb.lines, strict=True):
+            assert np.abs(np.array(la.poly) - np.array(lb.poly)).max() <= 2
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

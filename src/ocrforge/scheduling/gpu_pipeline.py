@@ -19,9 +19,11 @@ Used by OCR.read_many when runtime="torch" and the device is CUDA; it also runs 
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -83,7 +85,8 @@ class GpuPipeline:
     def __init__(self, engine: OCR, *, det_batch: int = 8, rec_batch: int = 64,
                  page_buckets: tuple[tuple[int, int], ...] | None = DEFAULT_PAGE_BUCKETS,
                  rec_widths: tuple[int, ...] = DEFAULT_REC_WIDTHS, post_workers: int = 8,
-                 gpu_decode: bool = True, sample_mode: str = "bilinear", max_inflight: int = 128):
+                 gpu_decode: bool = True, sample_mode: str = "bilinear", max_inflight: int = 128,
+                 post_processes: int | None = None):
         from ocrforge.runtimes.torch import TorchRuntime
 
         if not isinstance(engine.det_rt, TorchRuntime) or not isinstance(engine.rec_rt, TorchRuntime):
@@ -106,6 +109,11 @@ class GpuPipeline:
                                     or {(limit, limit)}, key=lambda b: b[0] * b[1]))
         self.rec_widths = tuple(sorted(rec_widths))
         self.post_workers = post_workers
+        # DB box extraction in processes (GIL-free scaling); 0 = in the worker threads
+        if post_processes is None:
+            post_processes = min(8, (os.cpu_count() or 2) // 2) if self.cuda else 0
+        self.post_processes = post_processes
+        self._dbpool = None
         self.gpu_decode = gpu_decode and self.cuda and _has_nvjpeg()
         self.sample_mode = sample_mode
         self.max_inflight = max_inflight
@@ -176,16 +184,18 @@ class GpuPipeline:
         x = self._det_input(pages, hb, wb, n)
         prob = self.det.forward(x)[: len(pages), 0]
         bitmap = (prob > self.thresh).to(torch.uint8)
+        if self.post_processes:
+            prob = (prob * 255.0).round_().to(torch.uint8)  # what the shared-memory slots carry
         if self.cuda:
             # one pinned copy per batch, then the CPU workers slice their page out
-            hp = torch.empty(prob.shape, dtype=torch.float32, pin_memory=True)
+            hp = torch.empty(prob.shape, dtype=prob.dtype, pin_memory=True)
             hb_ = torch.empty(bitmap.shape, dtype=torch.uint8, pin_memory=True)
             hp.copy_(prob, non_blocking=True)
             hb_.copy_(bitmap, non_blocking=True)
             ev = torch.cuda.Event()
             ev.record()
             return hp, hb_, ev
-        return prob.float().clone(), bitmap.clone(), None
+        return prob.clone(), bitmap.clone(), None
 
     def _crop_page(self, p: _Page) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
         """All text lines of a page as normalised rec inputs in one tensor (k x 3 x 48 x Wmax,
@@ -261,6 +271,13 @@ class GpuPipeline:
         pn = prob.numpy()
         bn = bitmap.numpy()
         dec = self.engine.det_decode
+        if self._dbpool is not None:
+            futs = [self._dbpool.submit(pn[k, : p.rh, : p.rw], bn[k, : p.rh, : p.rw], p.h, p.w)
+                    for k, p in enumerate(pages)]
+            for p, f in zip(pages, futs, strict=True):
+                p.quads = f.result()
+            self.stats.post_s += time.perf_counter() - t0
+            return pages
         for k, p in enumerate(pages):
             d = DetInput(np.empty((1, 3, p.rh, p.rw), np.float32), p.rh / p.h, p.rw / p.w, p.h, p.w)
             p.quads = dec(pn[k, : p.rh, : p.rw], d, bn[k, : p.rh, : p.rw])
@@ -287,6 +304,14 @@ class GpuPipeline:
 
     def run(self, items: Iterable[Any]) -> Iterator[Page]:
         """OCR every page of every input, in input order; bad inputs yield error pages."""
+        if self.post_processes and self._dbpool is None:
+            from ocrforge.scheduling.db_workers import ShmDBPool
+
+            dp, dd = self.engine.det_prep, self.engine.det_decode
+            side = dp.limit if dp.limit_type == "max" else 4000
+            self._dbpool = ShmDBPool(self.post_processes, side, (
+                dd.thresh, dd.box_thresh, dd.unclip_ratio, dd.max_candidates, dd.min_size))
+            weakref.finalize(self, self._dbpool.close)
         out_q: queue.Queue = queue.Queue(maxsize=self.max_inflight * 2)
         in_q: queue.Queue = queue.Queue(maxsize=self.max_inflight)
         stop = threading.Event()
