@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     show = not args.no_progress and (len(files) > 1 or Path(files[0]).suffix.lower() in (".pdf", ".tif", ".tiff"))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("pages"), TimeRemainingColumn(), console=err, disable=not show,
+                  TextColumn("inputs"), TimeRemainingColumn(), console=err, disable=not show,
                   transient=False) as progress:
         task = progress.add_task("OCR", total=len(files))
         last_source = None
