@@ -43,11 +43,21 @@ from ocrforge.stages.detect import DetInput, resize_shape
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
 
-# page buckets (H, W) for detection; a page is resized as the engine does (long side <=
-# det_limit_side, multiples of 32) and zero-padded into the smallest bucket that holds it
-DEFAULT_PAGE_BUCKETS = ((960, 960), (960, 736), (736, 960), (960, 544), (544, 960),
-                        (640, 640), (480, 480), (320, 320))
-DEFAULT_REC_WIDTHS = (320, 480, 640, 960, 1280, 1920, 3200)
+# page buckets for detection as fractions (H, W) of det_limit_side: a page is resized as the
+# engine does (long side <= limit, multiples of 32) and zero-padded into the smallest bucket
+# that holds it (A4 portrait at limit 1280 is 1280 x 896 -> the (1, 0.7) bucket, no padding)
+PAGE_BUCKET_FRACTIONS = ((1, 1), (1, 0.7), (0.7, 1), (1, 0.5625), (0.5625, 1), (1, 0.375),
+                         (0.375, 1), (0.75, 0.75), (0.5, 0.5), (0.25, 0.25))
+DEFAULT_PAGE_BUCKETS = "auto"
+# recognition width buckets (height 48); narrower steps where lines are common
+DEFAULT_REC_WIDTHS = (320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2560, 3200)
+
+
+def page_buckets_for(limit: int) -> tuple[tuple[int, int], ...]:
+    def r32(v: float) -> int:
+        return max(32, int(math.ceil(v * limit / 32)) * 32)
+
+    return tuple(sorted({(r32(a), r32(b)) for a, b in PAGE_BUCKET_FRACTIONS}))
 _END = object()
 
 
@@ -83,7 +93,7 @@ class PipelineStats:
 
 class GpuPipeline:
     def __init__(self, engine: OCR, *, det_batch: int = 8, rec_batch: int = 64,
-                 page_buckets: tuple[tuple[int, int], ...] | None = DEFAULT_PAGE_BUCKETS,
+                 page_buckets: tuple[tuple[int, int], ...] | str | None = DEFAULT_PAGE_BUCKETS,
                  rec_widths: tuple[int, ...] = DEFAULT_REC_WIDTHS, post_workers: int = 8,
                  gpu_decode: bool = True, sample_mode: str = "bilinear", max_inflight: int = 128,
                  post_processes: int | None = None):
@@ -103,6 +113,8 @@ class GpuPipeline:
         self.det_batch = det_batch
         self.rec_batch = rec_batch
         limit = cfg.det_limit_side
+        if page_buckets == "auto":
+            page_buckets = page_buckets_for(limit)
         # None: no padding, one det shape per distinct resized page size (exact engine parity)
         self.page_buckets = (None if page_buckets is None else
                              sorted({b for b in page_buckets if max(b) <= max(limit, 32)}
