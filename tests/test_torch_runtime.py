@@ -112,6 +112,28 @@ def test_gpu_pipeline_db_in_processes(pages, torch_cpu_engine):
             assert np.abs(np.array(la.poly) - np.array(lb.poly)).max() <= 2
 
 
+def test_gpu_pipeline_ctc_matches_ctc_decoder(torch_cpu_engine):
+    """The vectorised CTC collapse on (argmax, prob) equals CTCDecoder on the probabilities."""
+    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
+    from ocrforge.stages.recognize import CTCDecoder
+
+    gp = GpuPipeline(torch_cpu_engine, post_processes=0)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 18710, (8, 20)).astype(np.int32)
+    idx[rng.random(idx.shape) < 0.5] = 0
+    idx[3] = 0
+    idx[5, 2:9] = 42  # repeats collapse
+    conf = rng.uniform(0.3, 1.0, idx.shape).astype(np.float32)
+    probs = np.zeros((8, 20, 18710), np.float32)
+    for b in range(8):
+        probs[b, np.arange(20), idx[b]] = conf[b]
+    ref = CTCDecoder(torch_cpu_engine.models.characters())(probs)
+    got = gp._ctc(idx.copy(), conf)
+    assert [t for t, _ in got] == [t for t, _ in ref]
+    np.testing.assert_allclose([c for _, c in got], [c for _, c in ref], atol=1e-6)
+    assert got[3] == ("", 0.0)
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
