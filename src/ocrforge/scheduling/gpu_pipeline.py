@@ -123,7 +123,9 @@ class GpuPipeline:
         self.post_workers = post_workers
         # DB box extraction in processes (GIL-free scaling); 0 = in the worker threads
         if post_processes is None:
-            post_processes = min(8, (os.cpu_count() or 2) // 2) if self.cuda else 0
+            # ~100 pages/s per process for document pages (benchmarks/gpu_host_costs.py);
+            # leave a few cores to the GPU driver thread and the decoders
+            post_processes = min(12, max(1, (os.cpu_count() or 2) - 4)) if self.cuda else 0
         self.post_processes = post_processes
         self._dbpool = None
         self.gpu_decode = gpu_decode and self.cuda and _has_nvjpeg()
