@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="measure per-group sensitivity on labeled pages and keep the harmful groups float")
     p.add_argument("--eval", help="labeled set for the accuracy guard (default: synthetic pages)")
-    p.add_argument("--eval-pages", type=int, default=20, help="guard pages (default 20)")
+    p.add_argument("--eval-pages", type=int, default=30, help="guard pages (default 30)")
     p.add_argument("--budget", type=float, default=0.5,
                    help="largest accepted CER increase in percentage points (default 0.5)")
     p.add_argument("--force", action="store_true", help="keep a build that is over the budget")

@@ -25,7 +25,18 @@ def convert_fp16(src: str | Path, dst: str | Path, *, block_ops: Sequence[str] =
 
     model = onnx.load(str(src))
     op_block = list(float16.DEFAULT_OP_BLOCK_LIST) + [o for o in block_ops if o not in float16.DEFAULT_OP_BLOCK_LIST]
-    out = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=op_block,
-                                           node_block_list=list(block_nodes) or None)
+    try:
+        out = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=op_block,
+                                               node_block_list=list(block_nodes) or None)
+    except ValueError:
+        # onnxconverter-common 1.14-1.16 fails ("downstream node of the second cast node should
+        # be graph output") when a blocked op writes a graph output (rec's final Softmax): let
+        # those ops run in fp16; keep_io_types still casts the output back to float32
+        model = onnx.load(str(src))
+        outs = {o.name for o in model.graph.output}
+        at_out = {n.op_type for n in model.graph.node if set(n.output) & outs}
+        out = float16.convert_float_to_float16(model, keep_io_types=True,
+                                               op_block_list=[o for o in op_block if o not in at_out],
+                                               node_block_list=list(block_nodes) or None)
     onnx.save(out, str(dst))
     return Path(dst)

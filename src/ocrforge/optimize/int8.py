@@ -60,6 +60,10 @@ class ArrayReader:
     def rewind(self) -> None:
         self._it = iter(self.samples)
 
+    def set_range(self, start_index: int, end_index: int) -> None:
+        """Used by ORT's strided calibration (CalibStridedMinMax)."""
+        self._it = iter(self.samples[start_index:end_index])
+
     def __len__(self) -> int:
         return len(self.samples)
 
@@ -104,7 +108,13 @@ def quantize_static(pre_path: str | Path, out_path: str | Path, samples: Sequenc
         if not samples:
             raise ValueError("static INT8 needs calibration inputs (none were given)")
         reader = ArrayReader(input_name(pre_path), samples)
-    extra = {"CalibMovingAverage": False}
+    extra: dict = {"CalibMovingAverage": False}
+    if method == "minmax" and reader is not None and len(reader) > 4:
+        # ORT keeps every intermediate tensor of every sample until the end of calibration
+        # (gigabytes for rec/det); strides merge ranges every `stride` samples instead.
+        # CalibStridedMinMax needs the sample count to be a multiple of the stride.
+        stride = next(s for s in (4, 3, 2, 1) if len(reader) % s == 0)
+        extra["CalibStridedMinMax"] = stride
     if method == "percentile":
         extra["CalibPercentile"] = percentile
     with _quiet():

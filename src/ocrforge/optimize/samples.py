@@ -67,7 +67,7 @@ def load_pages(source: str | Path | None, pages: int, seed: int = 1001) -> tuple
     return imgs, desc
 
 
-def detected_crops(engine: OCR, images: list[np.ndarray], max_crops: int = 400) -> list[np.ndarray]:
+def detected_crops(engine: OCR, images: list[np.ndarray], max_crops: int = 240) -> list[np.ndarray]:
     """Crops where the (FP32) detector finds text, evenly thinned to at most max_crops."""
     crops: list[np.ndarray] = []
     timings = [{} for _ in images]
@@ -107,7 +107,9 @@ def calibration_inputs(role: str, engine: OCR, images: list[np.ndarray], desc: s
     if not crops:
         raise ValueError(f"calibration pages ({desc}) gave no text crops for {role}")
     if role == "rec":
-        x = rec_inputs(engine, crops)
+        # batches of 8 keep the calibration session's memory low (ORT's calibrator runs an
+        # augmented graph that holds every activation); ranges do not depend on batch size
+        x = rec_inputs(engine, crops[:240], batch=8)
         return CalibrationSet(role, x, f"{desc}: {len(crops)} crops in {len(x)} rec batches")
     if role == "cls":
         x = cls_inputs(crops)

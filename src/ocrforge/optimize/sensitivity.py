@@ -129,7 +129,7 @@ def sweep(role: str, engine: OCR, pre_path: Path, samples: list[np.ndarray], ls:
     from ocrforge.optimize.int8 import node_groups, quantize_static
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
-    cfg = engine.config.with_(intra_op_threads=engine.config.intra_op_threads)
+    cfg = engine.config
     fp32_rt = getattr(engine, f"{role}_rt") or OrtRuntime(getattr(engine.models, role), cfg)
     fp32_err = role_error(role, engine, fp32_rt, ls)
     rows: list[dict[str, Any]] = [{"group": "fp32 reference", "nodes": 0, "error": fp32_err}]
@@ -164,5 +164,18 @@ def sweep(role: str, engine: OCR, pre_path: Path, samples: list[np.ndarray], ls:
                 exclude, err = cand, e
                 chosen.append(name)
                 rows.append({"group": f"chosen: {' + '.join(chosen)}", "nodes": len(exclude), "error": e})
+        # refinement: one node of a chosen group may hold all of its effect (an outlier-heavy
+        # activation); keeping only that node float keeps the rest of the group fast
+        if len(chosen) == 1 and len(exclude) > 1:
+            singles = []
+            for n in exclude:
+                e = measure([n])
+                rows.append({"group": f"keep float: node {n}", "nodes": 1, "error": e})
+                log(f"  {role}: keep float node {n:<29} -> error {e:.4f}")
+                singles.append((e, n))
+            e, n = min(singles)
+            if e <= err or e - fp32_err <= tolerance:
+                exclude, err, chosen = [n], e, [n]
+                rows.append({"group": f"chosen: {n}", "nodes": 1, "error": e})
         log(f"  {role}: sweep took {time.perf_counter() - t0:.0f}s; keep float: {chosen or 'nothing'}")
     return SweepResult(exclude, chosen, fp32_err, full, err, rows)

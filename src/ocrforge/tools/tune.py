@@ -25,17 +25,16 @@ from ocrforge.config import EngineConfig, save_profile
 AXES: dict[str, list[dict[str, Any]]] = {
     "precision": [
         {"rec_precision": "int8"},
-        {"det_precision": "int8", "rec_precision": "int8"},
-        {"rec_precision": "fp32", "det_precision": "fp32"},
+        {"rec_precision": "int8-dynamic"},
+        {"det_precision": "int8"},
     ],
-    "det_limit_side": [{"det_limit_side": v} for v in (960, 800, 736, 1152)],
-    "rec_min_width": [{"rec_min_width": v} for v in (None, 160, 96)],
-    "rec_batch_size": [{"rec_batch_size": v} for v in (16, 8, 32)],
+    "det_limit_side": [{"det_limit_side": v} for v in (800, 736)],
+    "rec_min_width": [{"rec_min_width": v} for v in (160, 96)],
+    "rec_batch_size": [{"rec_batch_size": v} for v in (8, 32)],
     "threads": [
-        {"pipeline": True, "det_threads": None, "rec_threads": None, "allow_spinning": True},
-        {"pipeline": True, "det_threads": None, "rec_threads": None, "allow_spinning": False},
-        {"pipeline": True, "det_threads": 1, "rec_threads": 1, "allow_spinning": True},
-        {"pipeline": False, "det_threads": None, "rec_threads": None, "allow_spinning": True},
+        {"allow_spinning": False},
+        {"det_threads": 1, "rec_threads": 1, "allow_spinning": True},
+        {"pipeline": False, "det_threads": None, "rec_threads": None},
     ],
 }
 DEFAULT_AXES = tuple(AXES)
