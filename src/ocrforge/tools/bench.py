@@ -459,6 +459,7 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
     if baseline not in names:
         raise ValueError(f"baseline {baseline!r} is not one of {', '.join(names)}")
     order = [baseline] + [n for n in names if n != baseline]
+    code = code_info()  # before the workers import the engine code
     by_name = {e.name: e for e in entries}
     paths = inp.paths
     lat_paths = paths[: st.latency_limit] if st.latency_limit else paths
@@ -526,7 +527,7 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
         "labeled": inp.records is not None,
         "settings": {k: v for k, v in st.__dict__.items()},
         "host": host_info(),
-        "code": code_info(),
+        "code": code,
         "baseline": baseline,
         "order": order,
         "entries": out_entries,
