@@ -504,22 +504,13 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
                                "config": e.config, "describe": w.hello.get("describe"),
                                "init_s": w.hello.get("init_s"), "error": w.error}
         runs = raw[n]
-        ent["metrics"] = _metrics(runs, st) if runs and not w.error else {}
         ent["runs"] = [_slim(r) for r in runs]
         if inp.records is not None and runs and runs[0]["throughput"].get("ok"):
             pages = [Page.from_dict(d) for d in runs[0]["throughput"]["page_dicts"]]
             acc = score_pages(inp.records, pages, casefold=st.casefold, dataset=inp.dataset)
             ent["accuracy"] = {k: acc[k] for k in ("overall", "by_lang", "by_kind", "options")}
-            o = acc["overall"]
-            ent["metrics"].update(cer=o["cer"], cer_aligned=o["cer_aligned"], cer_nospace=o["cer_nospace"],
-                                  det_f1=o["det_f1"],
-                                  line_acc=o["line_acc"])
         out_entries[n] = ent
-    base = out_entries[baseline]["metrics"]
-    for n in order:
-        m = out_entries[n]["metrics"]
-        out_entries[n]["ratios"] = {k: _ratio(k, v, base.get(k)) for k, v in m.items()}
-    return {
+    report = {
         "schema": SCHEMA,
         "dataset": inp.dataset,
         "pages": len(paths),
@@ -532,6 +523,29 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
         "order": order,
         "entries": out_entries,
     }
+    return finalize(report)
+
+
+def finalize(report: dict[str, Any]) -> dict[str, Any]:
+    """(Re)compute each entry's medians and ratios from its recorded runs and accuracy.
+
+    Runs that completed count even when a later one failed (the entry keeps its ``error`` and
+    ``completed_reps`` says how many repetitions the medians are over).
+    """
+    st = BenchSettings(**{k: v for k, v in report["settings"].items() if k in BenchSettings.__dataclass_fields__})
+    for ent in report["entries"].values():
+        runs = [r for r in ent.get("runs", []) if r.get("throughput", {}).get("ok")]
+        ent["completed_reps"] = len(runs)
+        ent["metrics"] = _metrics(runs, st) if runs else {}
+        acc = ent.get("accuracy")
+        if acc:
+            o = acc["overall"]
+            ent["metrics"].update(cer=o["cer"], cer_aligned=o["cer_aligned"], cer_nospace=o["cer_nospace"],
+                                  det_f1=o["det_f1"], line_acc=o["line_acc"])
+    base = report["entries"][report["baseline"]]["metrics"]
+    for ent in report["entries"].values():
+        ent["ratios"] = {k: _ratio(k, v, base.get(k)) for k, v in ent["metrics"].items()}
+    return report
 
 
 def _ratio(key: str, v: Any, b: Any) -> float | None:
@@ -651,9 +665,11 @@ def markdown(report: dict[str, Any]) -> str:
             r = ents[n]["ratios"].get(key)
             cells.append(_fmt(v, fmt) + (f" ({r:.2f}x)" if r is not None and n != report["baseline"] else ""))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    failed = [n for n in order if ents[n]["error"]]
-    for n in failed:
-        lines.append(f"\n`{n}` failed: {ents[n]['error']}")
+    for n in order:
+        if ents[n]["error"]:
+            done = ents[n].get("completed_reps", 0)
+            lines.append(f"\n`{n}` failed: {ents[n]['error']} (after {done} of {st['repeat']} "
+                         f"repetitions; its values are over the completed ones)")
     return "\n".join(lines) + "\n"
 
 
