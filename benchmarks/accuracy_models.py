@@ -25,7 +25,7 @@ from ocrforge.tools.peers import PeerEngine
 ENGINES = {
     "ocrforge ppocrv6-small (default)": {},
     "ocrforge ppocrv6-small, det 960 cap": {"det_limit_side": 960, "det_min_side": 0},
-    "ocrforge ppocrv6-small, det 1600 cap": {"det_limit_side": 1600},
+    "ocrforge ppocrv6-small, det 1280 cap": {"det_limit_side": 1280},
     "ocrforge ppocrv6-tiny": {"model_set": "ppocrv6-tiny"},
     "ocrforge ppocrv5-mobile": {"model_set": "ppocrv5-mobile"},
 }

@@ -45,9 +45,10 @@ class EngineConfig:
     allow_spinning: bool = True  # ORT worker threads busy-wait between ops (fast alone, costly when stages overlap)
 
     # detection
-    # measured on the dev set (docs/ACCURACY.md): a 1280 cap plus enlarging small pages
-    # towards a 736 px short side reads receipts and small print better than a plain 960 cap
-    det_limit_side: int = 1280  # resize so the long side is at most this (multiple of 32)
+    # measured on the dev set (docs/ACCURACY.md): a 2048 cap plus enlarging small pages
+    # towards a 736 px short side reads receipts and dense documents better than a plain
+    # 960 cap, and recognition, not detection, dominates the time either way
+    det_limit_side: int = 2048  # resize so the long side is at most this (multiple of 32)
     det_limit_type: str = "max"  # "max": long side <= limit; "min": short side >= limit
     det_min_side: int = 736  # "max" mode: enlarge pages whose short side is below this ...
     det_max_upscale: float = 1.6  # ... by at most this factor
