@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,14 +25,20 @@ QUANT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """ORT's quantizer logs a warning per tensor; keep builds readable."""
+    """ORT's quantizer logs a warning per tensor; keep builds readable. It also writes
+    scratch files (sym_shape_infer_temp.onnx, <uuid>.data) into the working directory, so
+    the call runs inside a temporary one (callers pass absolute paths)."""
     log = logging.getLogger()
     old = log.level
     log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(old)
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="ocrforge-quant-") as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+            log.setLevel(old)
 
 
 def _calib_method(name: str):
@@ -90,7 +97,7 @@ def preprocess(src: str | Path, dst: str | Path) -> Path:
         with _quiet():
             # symbolic shape inference fails on PaddlePaddle exports with dynamic dims; ORT's
             # own optimizer + ONNX shape inference are enough for quantization
-            quant_pre_process(str(mid), str(dst), skip_symbolic_shape=True)
+            quant_pre_process(str(mid), str(Path(dst).resolve()), skip_symbolic_shape=True)
     return Path(dst)
 
 
@@ -119,11 +126,12 @@ def quantize_static(pre_path: str | Path, out_path: str | Path, samples: Sequenc
         extra["CalibPercentile"] = percentile
     with _quiet():
         ort_quantize_static(
-            str(pre_path), str(out_path), reader, quant_format=QuantFormat.QDQ,
+            str(Path(pre_path).resolve()), str(Path(out_path).resolve()), reader,
+            quant_format=QuantFormat.QDQ,
             per_channel=per_channel, activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
             op_types_to_quantize=None, calibrate_method=cal, extra_options=extra,
-            calibration_cache_path=str(cache_path) if cache_path else None,
+            calibration_cache_path=str(Path(cache_path).resolve()) if cache_path else None,
         )
     return Path(out_path)
 
@@ -134,7 +142,8 @@ def quantize_dynamic(src: str | Path, out_path: str | Path, *, op_types: Sequenc
     from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
 
     with _quiet():
-        ort_quantize_dynamic(str(src), str(out_path), weight_type=QuantType.QInt8,
+        ort_quantize_dynamic(str(Path(src).resolve()), str(Path(out_path).resolve()),
+                             weight_type=QuantType.QInt8,
                              op_types_to_quantize=list(op_types), nodes_to_exclude=list(exclude),
                              per_channel=per_channel)
     return Path(out_path)
