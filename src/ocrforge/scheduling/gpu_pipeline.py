@@ -141,11 +141,7 @@ class GpuPipeline:
         self.max_w = cfg.rec_max_width
         self.thresh = float(cfg.resolved_det()["thresh"])
         self.drop = cfg.drop_score
-        chars = engine.models.characters()
-        self.chars = np.array(chars, dtype=object)
-        # every class but the blank is one code point: decode a whole batch as one UTF-32 string
-        self._codes = (np.array([ord(c) if len(c) == 1 else 0 for c in chars], np.uint32)
-                       if all(len(c) == 1 for c in chars[1:]) else None)
+        self.ctc = engine.ctc
         self.stats = PipelineStats()
 
     # ------------------------------------------------------------------ buckets
@@ -267,27 +263,8 @@ class GpuPipeline:
         return idx, conf
 
     def _ctc(self, idx: np.ndarray, conf: np.ndarray) -> list[tuple[str, float]]:
-        """Greedy CTC collapse, as CTCDecoder: (text, mean probability of the kept steps)."""
-        keep = idx != 0
-        keep[:, 1:] &= idx[:, 1:] != idx[:, :-1]
-        if self._codes is not None and idx.size and int(idx.max()) < len(self._codes):
-            counts = keep.sum(axis=1)
-            off = np.concatenate([[0], np.cumsum(counts)])
-            text = self._codes[idx[keep]].tobytes().decode("utf-32-le")
-            cs = np.concatenate([[0.0], np.cumsum(conf[keep], dtype=np.float64)])
-            sums = cs[off[1:]] - cs[off[:-1]]
-            return [(text[off[b] : off[b + 1]], float(sums[b] / counts[b])) if counts[b] else ("", 0.0)
-                    for b in range(idx.shape[0])]
-        out = []
-        for b in range(idx.shape[0]):
-            k = keep[b]
-            if not k.any():
-                out.append(("", 0.0))
-                continue
-            chars = idx[b][k]
-            chars = chars[chars < len(self.chars)]
-            out.append(("".join(self.chars[chars]), float(conf[b][k].mean())))
-        return out
+        """Greedy CTC collapse of (argmax, probability): the engine's CTCDecoder."""
+        return self.ctc.collapse(idx, conf)
 
     # ------------------------------------------------------------------ CPU piece
     def _post(self, pages: list[_Page], prob, bitmap, ev) -> list[_Page]:

@@ -51,13 +51,28 @@ def width_buckets(crops: list[np.ndarray], batch_size: int) -> list[list[int]]:
 class CTCDecoder:
     def __init__(self, characters: list[str]):
         self.characters = np.array(characters, dtype=object)
+        # every class but the blank is one code point: decode a whole batch as one UTF-32 string
+        self._codes = (np.array([ord(c) if len(c) == 1 else 0 for c in characters], np.uint32)
+                       if all(len(c) == 1 for c in characters[1:]) else None)
 
     def __call__(self, probs: np.ndarray) -> list[tuple[str, float]]:
         """probs: BxTxC softmax output -> (text, mean confidence of the kept characters)."""
         idx = probs.argmax(axis=2)
         conf = np.take_along_axis(probs, idx[..., None], axis=2)[..., 0]
+        return self.collapse(idx, conf)
+
+    def collapse(self, idx: np.ndarray, conf: np.ndarray) -> list[tuple[str, float]]:
+        """Greedy CTC on BxT argmax indices and their probabilities: drop blanks and repeats."""
         keep = idx != 0
         keep[:, 1:] &= idx[:, 1:] != idx[:, :-1]
+        if self._codes is not None and idx.size and int(idx.max()) < len(self._codes):
+            counts = keep.sum(axis=1)
+            off = np.concatenate([[0], np.cumsum(counts)])
+            text = self._codes[idx[keep]].tobytes().decode("utf-32-le")
+            cs = np.concatenate([[0.0], np.cumsum(conf[keep], dtype=np.float64)])
+            sums = cs[off[1:]] - cs[off[:-1]]
+            return [(text[off[b] : off[b + 1]], float(sums[b] / counts[b])) if counts[b] else ("", 0.0)
+                    for b in range(idx.shape[0])]
         out = []
         for b in range(idx.shape[0]):
             k = keep[b]
