@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ocrforge import OCR
 from ocrforge.config import atomic_write_text
-from ocrforge.tools.dataset import load_dataset
-from ocrforge.tools.eval import score_pages
+from ocrforge.evaluation.dataset import load_dataset
+from ocrforge.evaluation.eval import score_pages
 from ocrforge.tools.peers import PeerEngine
 
 ENGINES = {

@@ -293,8 +293,8 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
 
     from ocrforge import OCR
     from ocrforge.scheduling.gpu_pipeline import GpuPipeline
-    from ocrforge.tools.dataset import load_dataset
-    from ocrforge.tools.eval import score_pages
+    from ocrforge.evaluation.dataset import load_dataset
+    from ocrforge.evaluation.eval import score_pages
 
     recs = load_dataset(synth_dir)
     files = [str(r.image) for r in recs]
@@ -372,8 +372,8 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
 
 def sec_ort(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, n: int) -> None:
     from ocrforge import OCR
-    from ocrforge.tools.dataset import load_dataset
-    from ocrforge.tools.eval import score_pages
+    from ocrforge.evaluation.dataset import load_dataset
+    from ocrforge.evaluation.eval import score_pages
 
     eng = OCR(intra_op_threads=16, **engine_kw)
     r = {}

@@ -17,7 +17,7 @@ import cv2
 def main() -> int:
     from ocrforge.engine import OCR
     from ocrforge.tools.bench import parse_value
-    from ocrforge.tools.dataset import load_dataset
+    from ocrforge.evaluation.dataset import load_dataset
 
     if len(sys.argv) < 2:
         print(__doc__)

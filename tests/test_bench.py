@@ -116,7 +116,7 @@ def test_peer_boxes_use_ocrforge_reading_order():
 
 
 def test_onnxocr_peer_reads_a_page(tiny_set):
-    from ocrforge.tools.eval import evaluate_fn
+    from ocrforge.evaluation.eval import evaluate_fn
     from ocrforge.tools.peers import PeerEngine
 
     peer = PeerEngine("onnxocr")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ocrforge.tools.metrics import (
+from ocrforge.evaluation.metrics import (
     cer,
     char_errors,
     match_lines,
@@ -102,7 +102,7 @@ def test_match_rejects_bad_mask_and_handles_empty():
 
 
 def test_align_order_follows_reference_lines():
-    from ocrforge.tools.metrics import align_order
+    from ocrforge.evaluation.metrics import align_order
 
     refs = [box(0, 0, 50, 20), box(100, 15, 150, 35), box(0, 30, 50, 50)]
     rank = [0, 1, 2]

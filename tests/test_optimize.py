@@ -32,7 +32,7 @@ def monkeypatch_module():
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> Path:
-    from ocrforge.tools.synth import generate
+    from ocrforge.evaluation.synth import generate
 
     return generate(tmp_path_factory.mktemp("synth"), 3, seed=7, kind="document", clean=True)
 

@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from ocrforge.tools.dataset import load_dataset
-from ocrforge.tools.synth import KINDS, _dictionary, find_fonts, generate, render_page, wheel_font
+from ocrforge.evaluation.dataset import load_dataset
+from ocrforge.evaluation.synth import KINDS, _dictionary, find_fonts, generate, render_page, wheel_font
 
 
 def _labels(d):
@@ -103,7 +103,7 @@ def test_cli_and_bad_options(tmp_path):
 
 
 def test_default_engine_reads_clean_pages(tmp_path, engine):
-    from ocrforge.tools.eval import evaluate
+    from ocrforge.evaluation.eval import evaluate
 
     out = generate(tmp_path / "clean", 3, seed=5, clean=True, kind="document", min_lines=5)
     res = evaluate(engine, out)

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ocrforge.config import atomic_write_text
     from ocrforge.engine import OCR
-    from ocrforge.tools.eval import evaluate
+    from ocrforge.evaluation.eval import evaluate
 
     cfg = engine_config_from_args(args)
     engine = OCR(cfg)

@@ -7,7 +7,7 @@ import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ocrforge.tools.synth import KINDS
+    from ocrforge.evaluation.synth import KINDS
 
     p = sub.add_parser("synth", help="generate labeled synthetic pages (documents, receipts, tables, forms, UI)")
     p.add_argument("out", help="output folder (images/ and labels.jsonl are written there)")
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ocrforge.tools.synth import find_fonts, generate
+    from ocrforge.evaluation.synth import find_fonts, generate
 
     err = Console(stderr=True)
     fonts = find_fonts(args.fonts)

@@ -1,7 +1,7 @@
 """Accuracy guard: a faster network is only accepted if the whole OCR pipeline stays accurate.
 
 The candidate replaces one network (det, rec or cls) of an FP32 engine; both engines read the
-same held-out labeled pages (synthetic by default) with ``tools.eval.evaluate`` and the page
+same held-out labeled pages (synthetic by default) with ``evaluation.eval.evaluate`` and the page
 CER difference, in percentage points, is checked against the budget.
 """
 
@@ -56,7 +56,7 @@ def upright_records(dataset: str | Path) -> list:
     """Synthetic pages minus those turned by 90/180/270 degrees: without the orientation
     classifier FP32 reads those as garbage too, and the CER of garbage swings with any change
     (the guard would measure noise, not precision loss)."""
-    from ocrforge.tools.dataset import load_dataset
+    from ocrforge.evaluation.dataset import load_dataset
 
     recs = load_dataset(dataset)
     return [r for r in recs if not (r.meta.get("transforms") or {}).get("rotate_cw")]
@@ -75,7 +75,7 @@ def check(role: str, candidate: Path, precision: str, engine: OCR, dataset: str 
     """Evaluate ``engine`` (FP32) and the same engine with ``candidate`` as its ``role`` network.
     Returns the guard result and the FP32 evaluation (reusable for the next role)."""
     from ocrforge.runtimes.onnxruntime import OrtRuntime
-    from ocrforge.tools.eval import evaluate
+    from ocrforge.evaluation.eval import evaluate
 
     attr = f"{role}_rt"
     ref = fp32_result or evaluate(engine, dataset, pages)

@@ -29,7 +29,7 @@ ROLES = ("det", "rec", "cls")
 def _images_in(folder: Path) -> list[Path]:
     lab = folder / "labels.jsonl"
     if lab.is_file():
-        from ocrforge.tools.dataset import load_dataset
+        from ocrforge.evaluation.dataset import load_dataset
 
         return [r.image for r in load_dataset(folder)]
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTS)
@@ -40,7 +40,7 @@ def _images_in(folder: Path) -> list[Path]:
 
 def synth_set(pages: int, seed: int, out_dir: Path | None = None) -> Path:
     """A synthetic labeled set (``ocrforge synth``) in out_dir or a fresh temp folder."""
-    from ocrforge.tools.synth import generate
+    from ocrforge.evaluation.synth import generate
 
     out = out_dir or Path(tempfile.mkdtemp(prefix=f"ocrforge-synth-{seed}-"))
     if not (out / "labels.jsonl").is_file():

@@ -37,7 +37,7 @@ class LabeledSet:
 
 
 def labeled_set(dataset: str | Path, pages: int | None = None, max_crops: int = 300) -> LabeledSet:
-    from ocrforge.tools.dataset import load_dataset
+    from ocrforge.evaluation.dataset import load_dataset
 
     recs = [r for r in load_dataset(dataset) if r.lines is not None][: pages or None]
     images, polys, ignore, crops, texts = [], [], [], [], []
@@ -61,7 +61,7 @@ def labeled_set(dataset: str | Path, pages: int | None = None, max_crops: int = 
 
 
 def rec_error(engine: OCR, rt: Any, ls: LabeledSet) -> float:
-    from ocrforge.tools.metrics import char_errors
+    from ocrforge.evaluation.metrics import char_errors
 
     edits = total = 0
     for g in width_buckets(ls.crops, engine.config.rec_batch_size):
@@ -74,7 +74,7 @@ def rec_error(engine: OCR, rt: Any, ls: LabeledSet) -> float:
 
 
 def det_error(engine: OCR, rt: Any, ls: LabeledSet) -> float:
-    from ocrforge.tools.metrics import match_lines, prf
+    from ocrforge.evaluation.metrics import match_lines, prf
 
     tp = n_hyp = n_ref = 0
     for img, care, ign in zip(ls.images, ls.polys, ls.ignore, strict=True):

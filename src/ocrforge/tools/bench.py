@@ -23,7 +23,7 @@ Method (docs/BENCHMARKS.md repeats it):
   rec_infer; post-processing = det_post + rec_post). In the pipelined path stages overlap, so
   their sum can exceed wall time per page.
 * Accuracy (labeled sets): the first repetition's throughput pages scored by
-  ``ocrforge.tools.eval.score_pages`` (same code for ocrforge and peers).
+  ``ocrforge.evaluation.eval.score_pages`` (same code for ocrforge and peers).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def _build(entry: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         eng = PeerEngine(entry["peer"])
         return eng, {**eng.description, "env": env}
     from ocrforge.engine import OCR
-    from ocrforge.tools.eval import engine_description
+    from ocrforge.evaluation.eval import engine_description
 
     eng = OCR(EngineConfig.from_dict(entry["config"]))
     return eng, {**engine_description(eng), "threads": session_threads(eng), "env": env}
@@ -215,7 +215,7 @@ def _worker_main(conn: Any, entry: dict[str, Any]) -> None:
 def _read_many(engine: Any, paths: list[str], batch_pages: int, is_ocrforge: bool) -> list[Any]:
     if not is_ocrforge:
         return list(engine.read_many(paths))
-    from ocrforge.tools.eval import first_pages
+    from ocrforge.evaluation.eval import first_pages
 
     return first_pages(engine.read_many(paths, batch_pages=batch_pages), paths)
 
@@ -414,7 +414,7 @@ class BenchInput:
 
 def load_inputs(dataset: str | Path, limit: int | None = None) -> BenchInput:
     """A labeled set (folder with labels.jsonl) or plain images/folders (unlabeled: no accuracy)."""
-    from ocrforge.tools.dataset import LABELS, load_dataset
+    from ocrforge.evaluation.dataset import LABELS, load_dataset
 
     p = Path(dataset)
     if (p / LABELS).is_file() or p.suffix == ".jsonl":
@@ -447,7 +447,7 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
               log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Measure every entry on the same pages; returns the report dict (see ``SCHEMA``)."""
     from ocrforge.result import Page
-    from ocrforge.tools.eval import score_pages
+    from ocrforge.evaluation.eval import score_pages
 
     st = settings or BenchSettings()
     if st.repeat < 1 or st.warmup < 0:

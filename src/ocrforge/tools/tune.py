@@ -4,7 +4,7 @@ Search: coordinate descent from the starting configuration. Each axis (precision
 size limit, recognition min width, recognition batch size, threads / stage overlap) is tried
 value by value with the other axes at their current best; a value is kept when it is faster
 and the CER stays within ``budget_points`` of the FP32 reference. Every candidate reads the
-whole sample through ``read_many`` (the throughput path) and is scored by tools.eval; its time
+whole sample through ``read_many`` (the throughput path) and is scored by evaluation.eval; its time
 is the median of ``repeat`` runs. The reference is measured again at the end of the search
 (same machine state as the winner), and both numbers go into the profile.
 """
@@ -78,8 +78,8 @@ class TuneResult:
 def measure(cfg: EngineConfig, dataset: str | Path, limit: int | None, repeat: int = 1) -> tuple[float, int, float]:
     """(median seconds, pages, CER) of ``read_many`` over the set, after a short warm-up."""
     from ocrforge.engine import OCR
-    from ocrforge.tools.dataset import load_dataset
-    from ocrforge.tools.eval import evaluate
+    from ocrforge.evaluation.dataset import load_dataset
+    from ocrforge.evaluation.eval import evaluate
 
     engine = OCR(cfg)
     recs = load_dataset(dataset)[:limit] if limit else load_dataset(dataset)

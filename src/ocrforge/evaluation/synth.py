@@ -32,7 +32,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ocrforge.tools.synth_corpus import CORPUS
+from ocrforge.evaluation.synth_corpus import CORPUS
 
 KINDS = ("document", "receipt", "table", "form", "screenshot")
 LANGS = ("zh", "en", "mixed")

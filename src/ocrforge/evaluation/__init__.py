@@ -1,0 +1,1 @@
+"""Evaluation library: datasets, metrics, evaluation, synthetic pages (used by optimize and tools)."""
