@@ -10,6 +10,52 @@ SCHEMA = "ocrforge.page/1"
 
 
 @dataclass
+class Word:
+    """One word of a line: text, four corners (page pixels, clockwise from top-left), score."""
+
+    text: str
+    poly: list[list[float]]
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "poly": _round_poly(self.poly), "score": round(float(self.score), 4)}
+
+
+@dataclass
+class Cell:
+    """One table cell; ``lines`` index Page.lines."""
+
+    row: int
+    col: int
+    bbox: tuple[float, float, float, float]
+    lines: list[int] = field(default_factory=list)
+    text: str = ""
+    rowspan: int = 1
+    colspan: int = 1
+
+
+@dataclass
+class Table:
+    rows: int
+    cols: int
+    cells: list[Cell] = field(default_factory=list)
+
+
+@dataclass
+class Block:
+    """A region of the page in reading order: kind is one of BLOCK_KINDS; ``lines`` index
+    Page.lines (in reading order); ``table`` is set for kind "table"."""
+
+    kind: str
+    bbox: tuple[float, float, float, float]
+    lines: list[int] = field(default_factory=list)
+    table: Table | None = None
+
+
+BLOCK_KINDS = ("paragraph", "title", "header", "footer", "list", "caption", "table", "figure")
+
+
+@dataclass
 class Line:
     """One recognised text line.
 
@@ -21,6 +67,7 @@ class Line:
     poly: list[list[float]]
     score: float
     angle: int = 0  # 0 or 180 when the orientation classifier flipped the crop
+    words: list[Word] = field(default_factory=list)  # filled by the layout stage
 
     @property
     def bbox(self) -> tuple[float, float, float, float]:
@@ -31,7 +78,7 @@ class Line:
     def to_dict(self) -> dict[str, Any]:
         return {
             "text": self.text,
-            "poly": [[round(float(x), 1), round(float(y), 1)] for x, y in self.poly],
+            "poly": _round_poly(self.poly),
             "score": round(float(self.score), 4),
             "angle": self.angle,
         }
@@ -48,6 +95,8 @@ class Page:
     page_index: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     error: str | None = None
+    blocks: list[Block] = field(default_factory=list)  # filled by the layout stage
+    dpi: float | None = None  # render resolution of a PDF page (None for images)
 
     @property
     def text(self) -> str:
@@ -99,3 +148,7 @@ def _same_row(a: Line, b: Line) -> bool:
     bx0, by0, bx1, by1 = b.bbox
     overlap = min(ay1, by1) - max(ay0, by0)
     return bx0 >= ax0 and overlap > 0.5 * min(ay1 - ay0, by1 - by0)
+
+
+def _round_poly(poly: list[list[float]]) -> list[list[float]]:
+    return [[round(float(x), 1), round(float(y), 1)] for x, y in poly]
