@@ -51,7 +51,7 @@ def test_int8_det_build_is_guarded_cached_and_reused(cache, pages):
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
     cfg = EngineConfig()
-    det = resolve_models(cfg.model_set).det
+    det = resolve_models(cfg.models.name).det
     # a 3-page guard is a coarse check; the budget here only has to hold real INT8 noise
     opts = BuildOptions(precision="int8", calibration=str(pages), calib_pages=3, eval=str(pages),
                         eval_pages=3, budget_points=2.0)
@@ -84,8 +84,8 @@ def test_guard_refuses_build_calibrated_on_blank_pages(cache, pages, blank):
     from ocrforge.optimize.guard import BuildRefused
 
     cfg = EngineConfig()
-    rec = resolve_models(cfg.model_set).rec
-    det = resolve_models(cfg.model_set).det
+    rec = resolve_models(cfg.models.name).rec
+    det = resolve_models(cfg.models.name).det
     # blank pages give activation ranges of ~0: every real page saturates the INT8 detector
     opts = BuildOptions(precision="int8", calibration=str(blank), calib_pages=2, eval=str(pages),
                         eval_pages=3, budget_points=0.5)

@@ -44,7 +44,7 @@ def engine_config_from_args(args: argparse.Namespace):
     """EngineConfig from --profile plus any explicit engine options."""
     from ocrforge.config import EngineConfig, load_profile
 
-    cfg = load_profile(args.profile) if getattr(args, "profile", None) else EngineConfig()
+    cfg = load_profile(args.profile) if getattr(args, "profile", None) else EngineConfig.from_env()
     ch: dict = {}
     if getattr(args, "model_set", None):
         ch["model_set"] = args.model_set
@@ -58,7 +58,7 @@ def engine_config_from_args(args: argparse.Namespace):
             ch["runtime"] = "torch"
     prec = getattr(args, "precision", None)
     if prec:
-        if prec in ("bf16",) or (ch.get("runtime", cfg.runtime) == "torch"):
+        if prec in ("bf16",) or (ch.get("runtime", cfg.runtime.backend) == "torch"):
             ch["torch_precision"] = prec
         else:
             ch.update(det_precision=prec, rec_precision=prec, cls_precision=prec)

@@ -1,133 +1,335 @@
-"""EngineConfig: every threshold and runtime knob in one place, plus saved profiles."""
+"""EngineConfig: one typed, nested configuration for every entry point.
+
+Sections: models, det, cls, rec, runtime, pipeline, gpu, layout, limits. Profiles (JSON files),
+CLI flags, ``OCRFORGE_<SECTION>__<FIELD>`` environment variables and per-request HTTP options all
+parse through these pydantic models, so an unknown key or a bad value is an error that names it.
+
+Old flat names (``det_limit_side=960``, ``use_cls=True``, ``intra_op_threads=1``) are accepted by
+``EngineConfig.from_flat`` / ``with_`` / ``OCR(**kwargs)`` and mapped onto the sections
+(``FLAT_KEYS``), so existing code and profiles keep working.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ocrforge.models.registry import DEFAULT_MODEL_SET, get_model_set
+from ocrforge.paths import cache_dir  # noqa: F401  (re-exported: one cache folder)
+
+Precision = Literal["fp32", "fp16", "int8", "int8-dynamic"]
+
+# accuracy budget of every faster configuration (CER points over the FP32 reference), and the
+# seed of every sampled set: one place, used by build, tune and the guard
+CER_BUDGET = 0.5
+SEED = 0
+# per-request detection limits are rounded up to one of these (bounded state per engine)
+DET_LIMIT_BUCKETS = (320, 480, 640, 800, 960, 1280, 1600, 2048, 2560, 3200, 4096)
 
 
-@dataclass
-class EngineConfig:
-    """Configuration of an OCR engine. ``None`` thresholds take the model set's constants."""
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    # models
-    model_set: str = DEFAULT_MODEL_SET
-    model_dir: str | None = None
-    # artifact variant for each network: "fp32" (reference ONNX), "fp16", "int8", "int8-dynamic"
-    det_precision: str = "fp32"
-    rec_precision: str = "fp32"
-    cls_precision: str = "fp32"
 
-    # runtime
-    runtime: str = "onnxruntime"  # "onnxruntime" | "torch"
-    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    # torch runtime precision: "fp32" | "fp16" | "bf16"
-    torch_precision: str = "fp32"
-    torch_compile: bool = False
+class ModelsConfig(_Section):
+    name: str = DEFAULT_MODEL_SET  # model set: ppocrv6-small | ppocrv6-tiny | ppocrv5-mobile
+    dir: str | None = None  # folder with the model files (else OCRFORGE_MODEL_DIR, else the wheel)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        get_model_set(v)
+        return v
+
+
+class DetConfig(_Section):
+    precision: Precision = "fp32"  # ONNX artifact variant (built by `ocrforge build`)
+    # measured on the dev set (docs/ACCURACY.md): a 2048 cap plus enlarging small pages
+    # towards a 736 px short side reads receipts and dense documents better than a 960 cap
+    limit_side: int = Field(2048, ge=32, le=8192)  # long side at most this (multiple of 32)
+    limit_type: Literal["max", "min"] = "max"  # "min": short side at least limit (PaddleOCR)
+    min_side: int = Field(736, ge=0)  # "max" mode: enlarge pages whose short side is below ...
+    max_upscale: float = Field(1.6, ge=1.0)  # ... by at most this factor
+    thresh: float | None = Field(None, gt=0, lt=1)  # None: the model set's constant
+    box_thresh: float | None = Field(None, gt=0, lt=1)
+    unclip_ratio: float | None = Field(None, gt=0)
+    max_candidates: int | None = Field(None, ge=1)
+    min_size: int = Field(3, ge=1)  # minimum box side in detector pixels
+    batch_size: int | None = Field(None, ge=1)  # pages per call; None: 1 on CPU, 8 on GPU
+    threads: int | None = Field(None, ge=0)  # intra-op threads for det (None: runtime's)
+
+
+class ClsConfig(_Section):
+    enabled: bool = False  # 0/180 classifier on each text line
+    precision: Precision = "fp32"
+    thresh: float = Field(0.9, gt=0, lt=1)
+    batch_size: int = Field(32, ge=1)
+    page_orientation: bool = False  # whole-page 0/90/180/270 orientation before detection
+
+
+class RecConfig(_Section):
+    precision: Precision = "fp32"
+    batch_size: int | None = Field(None, ge=1)  # lines per call; None: 16 on CPU, 128 on GPU
+    max_width: int = Field(3200, ge=32)  # lines wider than this (at height 48) are squeezed
+    width_step: int = Field(32, ge=1)  # each line is padded to a multiple of this width ...
+    min_width: int | None = Field(None, ge=8)  # ... and to at least this (None: model's 320)
+    drop_score: float = Field(0.5, ge=0, le=1)  # drop lines with a lower mean char score
+    threads: int | None = Field(None, ge=0)
+    crop_fallback: bool = True  # small/crop-like inputs with no detection: recognise whole image
+
+
+class RuntimeConfig(_Section):
+    backend: Literal["onnxruntime", "torch"] = "onnxruntime"
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    torch_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    compile: bool = False  # torch.compile (inductor, static shapes)
     cuda_graphs: bool = False
     # ONNX Runtime execution providers by short or full name, e.g. ["tensorrt", "cuda", "cpu"]
-    providers: list[str] = field(default_factory=lambda: ["cpu"])
-    intra_op_threads: int = 0  # 0 = ONNX Runtime default (physical cores)
-    inter_op_threads: int = 0
-    graph_optimization: str = "all"  # "disable" | "basic" | "extended" | "all"
-    execution_mode: str = "sequential"  # "sequential" | "parallel"
+    providers: list[str] = Field(default_factory=lambda: ["cpu"])
+    intra_op_threads: int = Field(0, ge=0)  # 0 = ONNX Runtime default (physical cores)
+    inter_op_threads: int = Field(0, ge=0)
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
     enable_mem_pattern: bool = True
     enable_cpu_mem_arena: bool = True
-    # per-network intra-op threads (None = intra_op_threads); lets pipelined det and rec share cores
-    det_threads: int | None = None
-    rec_threads: int | None = None
-    allow_spinning: bool = True  # ORT worker threads busy-wait between ops (fast alone, costly when stages overlap)
+    allow_spinning: bool = True  # ORT threads busy-wait between ops (fast alone, costly overlapped)
 
-    # detection
-    # measured on the dev set (docs/ACCURACY.md): a 2048 cap plus enlarging small pages
-    # towards a 736 px short side reads receipts and dense documents better than a plain
-    # 960 cap, and recognition, not detection, dominates the time either way
-    det_limit_side: int = 2048  # resize so the long side is at most this (multiple of 32)
-    det_limit_type: str = "max"  # "max": long side <= limit; "min": short side >= limit
-    det_min_side: int = 736  # "max" mode: enlarge pages whose short side is below this ...
-    det_max_upscale: float = 1.6  # ... by at most this factor
-    det_thresh: float | None = None  # binarisation threshold of the probability map
-    det_box_thresh: float | None = None  # minimum mean probability inside a box
-    det_unclip_ratio: float | None = None
-    det_max_candidates: int | None = None
-    det_min_size: int = 3  # minimum box side in detector pixels
-    det_batch_size: int = 1  # pages per detection call (same-size buckets only)
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v != "cpu" and not (v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit())):
+            raise ValueError(f"device must be cpu, cuda or cuda:N, not {v!r}")
+        return v
 
-    # orientation
-    use_cls: bool = False  # 0/180 classifier on each crop
-    cls_thresh: float = 0.9
-    cls_batch_size: int = 32
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("cuda")
 
-    # recognition
-    rec_batch_size: int = 16
-    rec_max_width: int = 3200  # crops wider than this (at height 48) are squeezed
-    rec_width_step: int = 32  # crops are padded to a multiple of this width
-    rec_min_width: int | None = None  # narrowest batch width (None = the model's training width, 320)
-    drop_score: float = 0.5  # lines with a lower mean character score are dropped
 
-    # input limits
-    max_pixels: int = 80_000_000
-    pdf_dpi: int = 200
-    max_pdf_pages: int = 1000
+class PipelineConfig(_Section):
+    enabled: bool = True  # overlap decode / detection / recognition across pages
+    workers: int = Field(2, ge=1)  # CPU threads for decode and post-processing
+    queue_size: int = Field(8, ge=2)  # pages in flight between stages (bounds memory)
+    batch_pages: int = Field(4, ge=1)  # pages whose lines are recognised together
 
-    # scheduling
-    pipeline: bool = True  # overlap decode / detection / recognition across pages
-    workers: int = 2  # CPU threads for decode and post-processing
-    queue_size: int = 8
 
+class GpuConfig(_Section):
+    # detection page buckets as (H, W) fractions of det.limit_side; pages are padded into the
+    # smallest bucket that holds them, so the set of shapes is fixed and warmed once
+    page_buckets: list[tuple[float, float]] = Field(default_factory=lambda: [
+        (1, 1), (1, 0.75), (0.75, 1), (1, 0.5), (0.5, 1), (0.75, 0.75), (0.5, 0.5),
+        (0.5, 0.375), (0.375, 0.5), (0.25, 0.25)])
+    # recognition width buckets (height 48); None: multiples of rec.width_step (as on the CPU)
+    rec_widths: list[int] | None = Field(default_factory=lambda: [
+        320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2560, 3200])
+    decode: bool = True  # nvJPEG decode of plain JPEGs on the GPU (torchvision), batched
+    post_workers: int = Field(8, ge=1)  # threads for DB box extraction
+    post_processes: int | None = Field(None, ge=0)  # DB processes (None: auto on CUDA, 0 on CPU)
+    max_inflight: int = Field(128, ge=2)  # pages taken in and not yet emitted
+    warmup: bool = True  # capture / compile every bucket shape when the scheduler starts
+
+
+class LayoutConfig(_Section):
+    enabled: bool = False  # reading order, blocks, tables, words (layout/)
+    words: bool = True
+    tables: bool = True
+
+
+class LimitsConfig(_Section):
+    max_pixels: int = Field(80_000_000, ge=1)
+    pdf_dpi: int = Field(200, ge=36, le=1200)
+    max_pdf_pages: int = Field(1000, ge=1)
+    pages: str | None = None  # page range of multi-page inputs, e.g. "1-5,8" (1-based)
+
+
+class EngineConfig(_Section):
+    """Configuration of an OCR engine. ``None`` thresholds take the model set's constants."""
+
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    det: DetConfig = Field(default_factory=DetConfig)
+    cls: ClsConfig = Field(default_factory=ClsConfig)
+    rec: RecConfig = Field(default_factory=RecConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    gpu: GpuConfig = Field(default_factory=GpuConfig)
+    layout: LayoutConfig = Field(default_factory=LayoutConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+
+    # ------------------------------------------------------------------ derived values
     def resolved_det(self) -> dict[str, float | int]:
-        c = get_model_set(self.model_set).det_constants
+        c = get_model_set(self.models.name).det_constants
+        d = self.det
         return {
-            "thresh": c.thresh if self.det_thresh is None else self.det_thresh,
-            "box_thresh": c.box_thresh if self.det_box_thresh is None else self.det_box_thresh,
-            "unclip_ratio": c.unclip_ratio if self.det_unclip_ratio is None else self.det_unclip_ratio,
-            "max_candidates": c.max_candidates
-            if self.det_max_candidates is None
-            else self.det_max_candidates,
+            "thresh": c.thresh if d.thresh is None else d.thresh,
+            "box_thresh": c.box_thresh if d.box_thresh is None else d.box_thresh,
+            "unclip_ratio": c.unclip_ratio if d.unclip_ratio is None else d.unclip_ratio,
+            "max_candidates": c.max_candidates if d.max_candidates is None else d.max_candidates,
         }
 
+    def det_batch(self) -> int:
+        return self.det.batch_size or (8 if self.runtime.on_gpu else 1)
+
+    def rec_batch(self) -> int:
+        return self.rec.batch_size or (128 if self.runtime.on_gpu else 16)
+
+    # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(sorted(unknown))}")
-        cfg = cls(**data)
-        cfg.validate()
-        return cfg
+        """Nested (``{"det": {"limit_side": 960}}``) or flat (``{"det_limit_side": 960}``) keys."""
+        return cls().with_(**data)
+
+    @classmethod
+    def from_flat(cls, **changes: Any) -> EngineConfig:
+        return cls().with_(**changes)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> EngineConfig:
+        """Defaults overridden by ``OCRFORGE_<SECTION>__<FIELD>`` variables (values parsed as
+        JSON when they are JSON, else taken as strings) and the legacy OCRFORGE_MODEL_DIR."""
+        return cls().with_env(environ)
+
+    def with_env(self, environ: dict[str, str] | None = None) -> EngineConfig:
+        env = os.environ if environ is None else environ
+        changes: dict[str, Any] = {}
+        for key, raw in env.items():
+            if not key.startswith("OCRFORGE_") or "__" not in key:
+                continue
+            section, _, name = key[len("OCRFORGE_"):].lower().partition("__")
+            changes[f"{section}.{name}"] = _parse_env_value(raw)
+        if env.get("OCRFORGE_MODEL_DIR") and self.models.dir is None and "models.dir" not in changes:
+            changes["models.dir"] = env["OCRFORGE_MODEL_DIR"]
+        return self.with_(**changes) if changes else self
 
     def with_(self, **changes: Any) -> EngineConfig:
-        cfg = replace(self, **changes)
-        cfg.validate()
-        return cfg
+        """A copy with changes: flat names (``det_limit_side``), dotted paths (``det.limit_side``)
+        or whole sections (``det={"limit_side": 960}``). Unknown keys and bad values raise
+        ConfigError naming the key."""
+        data = self.model_dump()
+        for key, value in changes.items():
+            if key in SECTIONS and isinstance(value, (dict, BaseModel)):
+                v = value.model_dump() if isinstance(value, BaseModel) else value
+                for k2, v2 in v.items():
+                    _set_path(data, f"{key}.{k2}", v2)
+                continue
+            _set_path(data, FLAT_KEYS.get(key, key), value)
+        try:
+            return EngineConfig.model_validate(data)
+        except ValidationError as e:
+            raise ConfigError(_explain(e)) from None
 
-    def validate(self) -> None:
-        get_model_set(self.model_set)
-        if self.runtime not in ("onnxruntime", "torch"):
-            raise ValueError(f"runtime must be 'onnxruntime' or 'torch', not {self.runtime!r}")
-        if self.det_limit_type not in ("max", "min"):
-            raise ValueError("det_limit_type must be 'max' or 'min'")
-        if self.det_limit_side < 32:
-            raise ValueError("det_limit_side must be at least 32")
-        for name in ("det_precision", "rec_precision", "cls_precision"):
-            v = getattr(self, name)
-            if v not in ("fp32", "fp16", "int8", "int8-dynamic"):
-                raise ValueError(f"{name} must be fp32, fp16, int8 or int8-dynamic, not {v!r}")
-        if self.torch_precision not in ("fp32", "fp16", "bf16"):
-            raise ValueError("torch_precision must be fp32, fp16 or bf16")
-        if self.rec_batch_size < 1 or self.det_batch_size < 1 or self.cls_batch_size < 1:
-            raise ValueError("batch sizes must be >= 1")
+    def flat(self) -> dict[str, Any]:
+        """The config as old-style flat keys (for tables and logs)."""
+        out: dict[str, Any] = {}
+        d = self.model_dump(mode="json")
+        for flat_key, path in FLAT_KEYS.items():
+            sec, name = path.split(".")
+            out[flat_key] = d[sec][name]
+        return out
 
 
+class ReadOptions(_Section):
+    """Per-call options (the server takes them per request). Only what can change without
+    building new networks; ``det_limit_side`` is rounded up to a DET_LIMIT_BUCKETS value."""
+
+    det_limit_side: int | None = Field(None, ge=32, le=8192)
+    drop_score: float | None = Field(None, ge=0, le=1)
+    use_cls: bool | None = None
+    layout: bool | None = None
+
+    def det_limit_bucket(self) -> int | None:
+        if self.det_limit_side is None:
+            return None
+        return bucket_det_limit(self.det_limit_side)
+
+
+def bucket_det_limit(limit: int) -> int:
+    for b in DET_LIMIT_BUCKETS:
+        if limit <= b:
+            return b
+    return DET_LIMIT_BUCKETS[-1]
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used; the message names the key."""
+
+
+SECTIONS = tuple(EngineConfig.model_fields)
+
+# flat names of the first version -> section.field
+FLAT_KEYS: dict[str, str] = {
+    "model_set": "models.name", "model_dir": "models.dir",
+    "det_precision": "det.precision", "rec_precision": "rec.precision",
+    "cls_precision": "cls.precision",
+    "runtime": "runtime.backend", "device": "runtime.device",
+    "torch_precision": "runtime.torch_precision", "torch_compile": "runtime.compile",
+    "cuda_graphs": "runtime.cuda_graphs", "providers": "runtime.providers",
+    "intra_op_threads": "runtime.intra_op_threads", "inter_op_threads": "runtime.inter_op_threads",
+    "graph_optimization": "runtime.graph_optimization",
+    "execution_mode": "runtime.execution_mode", "enable_mem_pattern": "runtime.enable_mem_pattern",
+    "enable_cpu_mem_arena": "runtime.enable_cpu_mem_arena",
+    "allow_spinning": "runtime.allow_spinning",
+    "det_threads": "det.threads", "rec_threads": "rec.threads",
+    "det_limit_side": "det.limit_side", "det_limit_type": "det.limit_type",
+    "det_min_side": "det.min_side", "det_max_upscale": "det.max_upscale",
+    "det_thresh": "det.thresh", "det_box_thresh": "det.box_thresh",
+    "det_unclip_ratio": "det.unclip_ratio", "det_max_candidates": "det.max_candidates",
+    "det_min_size": "det.min_size", "det_batch_size": "det.batch_size",
+    "use_cls": "cls.enabled", "cls_thresh": "cls.thresh", "cls_batch_size": "cls.batch_size",
+    "page_orientation": "cls.page_orientation",
+    "rec_batch_size": "rec.batch_size", "rec_max_width": "rec.max_width",
+    "rec_width_step": "rec.width_step", "rec_min_width": "rec.min_width",
+    "drop_score": "rec.drop_score", "crop_fallback": "rec.crop_fallback",
+    "max_pixels": "limits.max_pixels", "pdf_dpi": "limits.pdf_dpi",
+    "max_pdf_pages": "limits.max_pdf_pages", "pages": "limits.pages",
+    "workers": "pipeline.workers", "queue_size": "pipeline.queue_size",
+    "batch_pages": "pipeline.batch_pages", "use_layout": "layout.enabled",
+}
+# "pipeline" as a flat boolean (first version) means pipeline.enabled
+_BOOL_SECTION_ALIASES = {"pipeline": "pipeline.enabled", "layout": "layout.enabled"}
+
+
+def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    if key in _BOOL_SECTION_ALIASES and isinstance(value, bool):
+        key = _BOOL_SECTION_ALIASES[key]
+    sec, dot, name = key.partition(".")
+    if not dot:
+        raise ConfigError(f"unknown config key {key!r} (sections: {', '.join(SECTIONS)}; "
+                          f"or a flat name such as det_limit_side)")
+    if sec not in data or not isinstance(data[sec], dict):
+        raise ConfigError(f"unknown config section {sec!r} in {key!r} "
+                          f"(sections: {', '.join(SECTIONS)})")
+    if name not in data[sec]:
+        known = ", ".join(sorted(data[sec]))
+        raise ConfigError(f"unknown config key {key!r} (known in {sec}: {known})")
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    data[sec][name] = value
+
+
+def _explain(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid config: " + "; ".join(parts)
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+# ---------------------------------------------------------------------- profiles
 def save_profile(cfg: EngineConfig, path: str | os.PathLike[str], extra: dict | None = None) -> Path:
     """Write a profile (the config plus optional measurement notes) atomically."""
     path = Path(path)
@@ -143,12 +345,17 @@ def load_profile(path: str | os.PathLike[str]) -> EngineConfig:
     except FileNotFoundError:
         raise FileNotFoundError(f"profile {p} not found") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"profile {p} is not valid JSON: {e}") from None
-    return EngineConfig.from_dict(data.get("config", data))
+        raise ConfigError(f"profile {p} is not valid JSON: {e}") from None
+    try:
+        return EngineConfig.from_dict(data.get("config", data))
+    except ConfigError as e:
+        raise ConfigError(f"profile {p}: {e}") from None
 
 
+# ---------------------------------------------------------------------- atomic writes
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename: never a half-written file."""
+    """Write to a temp file in the same folder, then rename: never a half-written file.
+    The file gets the mode a plain open() would give it (0666 minus the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -156,6 +363,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -168,3 +376,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _read_umask() -> int:
+    # os.umask can only be read by setting it: done once at import, before any threads
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()

@@ -1,24 +1,21 @@
-"""OCR: wires the stages, runtimes and scheduling together."""
+"""OCR: the public facade. Opens the runtimes (never builds), owns one PageRunner, picks the
+scheduler for many pages; no stage logic of its own."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
-
-from ocrforge.config import EngineConfig, load_profile
-from ocrforge.io.inputs import InputError, PageImage, describe, iter_pages
+from ocrforge.config import EngineConfig, ReadOptions, bucket_det_limit, load_profile
+from ocrforge.core import PageRunner
+from ocrforge.io.inputs import InputError, PageImage, decode_pages, describe
+from ocrforge.models.artifacts import artifact_path
 from ocrforge.models.registry import resolve_models
-from ocrforge.result import Line, Page
-from ocrforge.runtimes.factory import build_runtime
-from ocrforge.stages import classify
-from ocrforge.stages.crop import crop_quad
-from ocrforge.stages.detect import DBDecoder, DetPreprocessor, stack_padded
-from ocrforge.stages.recognize import CTCDecoder, RecPreprocessor, width_buckets
-
-STAGES = ("decode", "det_prep", "det_infer", "det_post", "crop", "cls", "rec_prep", "rec_infer", "rec_post")
+from ocrforge.result import Page
+from ocrforge.runtimes.base import Runtime
+from ocrforge.runtimes.factory import open_onnx, open_torch
 
 
 class OCR:
@@ -27,165 +24,142 @@ class OCR:
     >>> ocr = OCR()                      # default model set, ONNX Runtime on the CPU
     >>> page = ocr.read("receipt.jpg")   # path, bytes, numpy array (BGR) or PIL image
     >>> print(page.text)
+
+    ``OCR(config)``, ``OCR(profile="fast.json")`` or ``OCR(det_limit_side=960, use_cls=True)``
+    (flat names or dotted paths, see ocrforge.config). Constructing an engine only opens
+    model files: an INT8/FP16 variant that has not been built is an error naming the
+    ``ocrforge build`` command.
     """
 
     def __init__(self, config: EngineConfig | None = None, *, profile: str | None = None,
                  **overrides: Any):
-        cfg = load_profile(profile) if profile else (config or EngineConfig())
+        cfg = load_profile(profile) if profile else (config or EngineConfig.from_env())
         if overrides:
             cfg = cfg.with_(**overrides)
-        cfg.validate()
         self.config = cfg
-        self.models = resolve_models(cfg.model_set, cfg.model_dir)
-        ms = self.models.model_set
-        det = cfg.resolved_det()
-        self.det_prep = DetPreprocessor(ms.det_constants, cfg.det_limit_side, cfg.det_limit_type,
-                                        cfg.det_min_side, cfg.det_max_upscale)
-        self.det_decode = DBDecoder(det["thresh"], det["box_thresh"], det["unclip_ratio"],
-                                    int(det["max_candidates"]), cfg.det_min_size)
-        self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec_max_width, cfg.rec_width_step,
-                                        cfg.rec_min_width)
-        self.ctc = CTCDecoder(self.models.characters())
-        self.det_rt = build_runtime("det", self.models.det, cfg)
-        self.rec_rt = build_runtime("rec", self.models.rec, cfg)
-        self.cls_rt = build_runtime("cls", self.models.cls, cfg) if cfg.use_cls else None
+        self.models = resolve_models(cfg.models.name, cfg.models.dir)
+        det_rt = self._open("det", cfg.det.precision, cfg.det.threads)
+        rec_rt = self._open("rec", cfg.rec.precision, cfg.rec.threads)
+        self.runner = PageRunner(cfg, self.models, det_rt, rec_rt,
+                                 lambda: self._open("cls", cfg.cls.precision, None))
+        if cfg.cls.enabled:
+            self.runner.cls_runtime()
+        self._gpu: dict[int, Any] = {}  # GPU scheduler per detection-limit bucket (bounded)
+        self._gpu_lock = threading.Lock()
 
-    # ---------------------------------------------------------------- public API
-    def read(self, item: Any, *, rgb: bool = False) -> Page:
+    def _open(self, role: str, precision: str, threads: int | None) -> Runtime:
+        cfg = self.config
+        path = getattr(self.models, role)
+        if cfg.runtime.backend == "torch":
+            from ocrforge.models.native import build_native
+
+            if precision != "fp32":
+                raise ValueError(f"{role}.precision {precision!r} is an ONNX Runtime artifact; "
+                                 "with runtime torch use runtime.torch_precision (fp16/bf16)")
+            return open_torch(build_native(self.models.model_set, role, path), cfg.runtime,
+                              name=role)
+        if precision != "fp32":
+            path = artifact_path(role, path, precision, cfg.models.name)
+        return open_onnx(path, cfg.runtime, precision=precision, threads=threads)
+
+    # ------------------------------------------------------------------ compatibility views
+    @property
+    def det_rt(self) -> Runtime:
+        return self.runner.det_rt
+
+    @property
+    def rec_rt(self) -> Runtime:
+        return self.runner.rec_rt
+
+    @property
+    def det_prep(self) -> Any:
+        return self.runner.det_prep
+
+    @property
+    def det_decode(self) -> Any:
+        return self.runner.det_decode
+
+    @property
+    def rec_prep(self) -> Any:
+        return self.runner.rec_prep
+
+    @property
+    def ctc(self) -> Any:
+        return self.runner.ctc
+
+    # ------------------------------------------------------------------ public API
+    def read(self, item: Any, *, rgb: bool = False, options: ReadOptions | None = None) -> Page:
         """OCR a single image (path, bytes, BGR numpy array, or PIL image).
 
         Raises InputError for unreadable input and for multi-page inputs (use read_pages).
         Set ``rgb=True`` when a numpy array is in RGB order.
         """
         t0 = time.perf_counter()
-        pages = list(iter_pages(item, max_pixels=self.config.max_pixels,
-                                pdf_dpi=self.config.pdf_dpi,
-                                max_pdf_pages=self.config.max_pdf_pages, rgb=rgb))
+        pages = list(self.decode(item, rgb=rgb, max_pages=2))
         if len(pages) != 1:
-            raise InputError(describe(item), f"has {len(pages)} pages; use read_pages()")
+            raise InputError(describe(item), "has more than one page; use read_pages()")
         decode_s = time.perf_counter() - t0
-        page = self.ocr_images([pages[0]])[0]
+        page = self.runner.run(pages, options)[0]
         page.timings["decode"] = decode_s
         return page
 
-    def read_pages(self, item: Any, *, rgb: bool = False) -> list[Page]:
+    def read_pages(self, item: Any, *, rgb: bool = False,
+                   options: ReadOptions | None = None) -> list[Page]:
         """OCR every page of one input (a PDF, a multi-page TIFF, or a single image)."""
-        pages = list(iter_pages(item, max_pixels=self.config.max_pixels,
-                                pdf_dpi=self.config.pdf_dpi,
-                                max_pdf_pages=self.config.max_pdf_pages, rgb=rgb))
-        return self.ocr_images(pages)
+        out: list[Page] = []
+        batch: list[PageImage] = []
+        for p in self.decode(item, rgb=rgb):
+            batch.append(p)
+            if len(batch) >= self.config.pipeline.batch_pages:
+                out += self.runner.run(batch, options)
+                batch = []
+        return out + self.runner.run(batch, options)
 
-    def read_many(self, items: Iterable[Any], *, batch_pages: int = 4) -> Iterator[Page]:
+    def read_many(self, items: Iterable[Any], *, options: ReadOptions | None = None,
+                  batch_pages: int | None = None) -> Iterator[Page]:
         """OCR many inputs, yielding one Page per page in input order.
 
         A bad input does not stop the job: it yields a Page whose ``error`` names the input
-        and the reason (``page.ok`` is False).
+        and the reason (``page.ok`` is False). Pages stream through bounded queues: memory
+        stays flat however long the job or a PDF is.
         """
         cfg = self.config
-        if cfg.runtime == "torch" and cfg.device.startswith("cuda") and not cfg.use_cls:
-            # GPU throughput path: batches across pages, crops and CTC argmax on the device
-            from ocrforge.scheduling.gpu_pipeline import pipeline_for
-
-            yield from pipeline_for(self).run(items)
+        s = self.runner.settings(options)
+        if cfg.runtime.backend == "torch" and cfg.runtime.on_gpu and not s.use_cls:
+            yield from self.gpu_scheduler(s.det_limit).run(items, options)
             return
         from ocrforge.scheduling.pipeline import run_pipeline
 
-        yield from run_pipeline(self, items, batch_pages=batch_pages)
+        yield from run_pipeline(self, items, options=options,
+                                batch_pages=batch_pages or cfg.pipeline.batch_pages)
 
-    # ---------------------------------------------------------------- core
-    def detect(self, images: list[np.ndarray], timings: list[dict[str, float]]) -> list[list[np.ndarray]]:
-        """Quadrilaterals per image; batches pages when det_batch_size > 1."""
-        out: list[list[np.ndarray]] = []
-        bs = self.config.det_batch_size
-        for start in range(0, len(images), bs):
-            chunk = images[start : start + bs]
-            t0 = time.perf_counter()
-            dins = [self.det_prep(img) for img in chunk]
-            batch = stack_padded(dins)
-            t1 = time.perf_counter()
-            probs = self.det_rt.run(batch)
-            t2 = time.perf_counter()
-            for k, d in enumerate(dins):
-                h, w = d.tensor.shape[2:]
-                out.append(self.det_decode(probs[k, 0, :h, :w], d))
-            t3 = time.perf_counter()
-            n = len(chunk)
-            for k in range(n):
-                tm = timings[start + k]
-                tm["det_prep"] = (t1 - t0) / n
-                tm["det_infer"] = (t2 - t1) / n
-                tm["det_post"] = (t3 - t2) / n
-        return out
+    def ocr_images(self, pages: list[PageImage], options: ReadOptions | None = None) -> list[Page]:
+        """OCR decoded pages (one batch through the runner)."""
+        return self.runner.run(pages, options)
 
-    def recognize(self, crops: list[np.ndarray]) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """Text and score per crop; crops are batched by similar width."""
-        results: list[tuple[str, float]] = [("", 0.0)] * len(crops)
-        tm = {"rec_prep": 0.0, "rec_infer": 0.0, "rec_post": 0.0}
-        for group in width_buckets(crops, self.config.rec_batch_size):
-            t0 = time.perf_counter()
-            batch = self.rec_prep([crops[i] for i in group])
-            t1 = time.perf_counter()
-            probs = self.rec_rt.run(batch)
-            t2 = time.perf_counter()
-            for i, r in zip(group, self.ctc(probs), strict=True):
-                results[i] = r
-            t3 = time.perf_counter()
-            tm["rec_prep"] += t1 - t0
-            tm["rec_infer"] += t2 - t1
-            tm["rec_post"] += t3 - t2
-        return results, tm
+    def decode(self, item: Any, *, rgb: bool = False, max_pages: int | None = None) -> Iterator[PageImage]:
+        """Pages of one input, lazily, with the engine's limits (one decode step for all)."""
+        lim = self.config.limits
+        return decode_pages(item, max_pixels=lim.max_pixels, pdf_dpi=lim.pdf_dpi,
+                            max_pdf_pages=lim.max_pdf_pages, pages=lim.pages, rgb=rgb,
+                            max_pages=max_pages)
 
-    def orient(self, crops: list[np.ndarray]) -> list[int]:
-        """Turn upside-down crops (in place in the list); returns 0/180 per crop."""
-        angles = [0] * len(crops)
-        if self.cls_rt is None or not crops:
-            return angles
-        bs = self.config.cls_batch_size
-        for start in range(0, len(crops), bs):
-            probs = self.cls_rt.run(classify.prepare(crops[start : start + bs]))
-            for k, flip in enumerate(classify.decide(probs, self.config.cls_thresh)):
-                if flip:
-                    crops[start + k] = np.ascontiguousarray(crops[start + k][::-1, ::-1])
-                    angles[start + k] = 180
-        return angles
+    def gpu_scheduler(self, det_limit: int | None = None) -> Any:
+        """The GPU scheduler for one detection-limit bucket (created once, kept; at most
+        len(DET_LIMIT_BUCKETS) of them)."""
+        limit = bucket_det_limit(det_limit) if det_limit else self.config.det.limit_side
+        with self._gpu_lock:
+            sch = self._gpu.get(limit)
+            if sch is None:
+                from ocrforge.scheduling.gpu import GpuScheduler
 
-    def ocr_images(self, pages: list[PageImage]) -> list[Page]:
-        """Run detection per page and recognition batched across all pages given."""
-        if not pages:
-            return []
-        timings: list[dict[str, float]] = [dict.fromkeys(STAGES, 0.0) for _ in pages]
-        quads = self.detect([p.image for p in pages], timings)
-        crops: list[np.ndarray] = []
-        owner: list[tuple[int, np.ndarray]] = []
-        for pi, (p, qs) in enumerate(zip(pages, quads, strict=True)):
-            t0 = time.perf_counter()
-            for q in qs:
-                crops.append(crop_quad(p.image, q))
-                owner.append((pi, q))
-            timings[pi]["crop"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        angles = self.orient(crops)
-        cls_s = time.perf_counter() - t0
-        texts, rec_tm = self.recognize(crops)
-        # shared batch costs are split over pages by their share of crops
-        counts = [len(q) for q in quads]
-        total = max(sum(counts), 1)
-        lines: list[list[Line]] = [[] for _ in pages]
-        drop = self.config.drop_score
-        for (pi, q), (text, score), angle in zip(owner, texts, angles, strict=True):
-            if score < drop or not text.strip():
-                continue
-            lines[pi].append(Line(text, q.tolist(), score, angle))
-        result = []
-        for pi, p in enumerate(pages):
-            share = counts[pi] / total
-            tm = timings[pi]
-            tm["cls"] = cls_s * share
-            for k, v in rec_tm.items():
-                tm[k] = v * share
-            h, w = p.image.shape[:2]
-            result.append(Page(lines[pi], w, h, p.source, p.index, tm))
-        return result
+                sch = self._gpu[limit] = GpuScheduler(self, det_limit=limit)
+            return sch
+
+    def close(self) -> None:
+        for sch in self._gpu.values():
+            sch.close()
+        self._gpu.clear()
 
 
 def read(item: Any, **overrides: Any) -> Page:

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     args.precision = None  # the reference engine stays FP32
     cfg = engine_config_from_args(args)
-    models = resolve_models(cfg.model_set, cfg.model_dir)
+    models = resolve_models(cfg.models.name, cfg.models.dir)
     roles = _roles(args.role)
     if args.list_groups:
         import tempfile

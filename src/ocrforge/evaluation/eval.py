@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ocrforge.result import Line, Page
-from ocrforge.stages.detect import sort_reading_order
 from ocrforge.evaluation.dataset import Record, load_dataset
 from ocrforge.evaluation.metrics import align_order, char_errors, match_lines, normalize_text, prf
+from ocrforge.result import Line, Page
+from ocrforge.stages.detect import sort_reading_order
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,15 @@ class PageImage:
     source: str
     index: int
     image: np.ndarray
+    dpi: float | None = None  # render resolution of a PDF page
+
+    @property
+    def height(self) -> int:
+        return int(self.image.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.image.shape[1])
 
 
 def describe(item: Any) -> str:
@@ -90,11 +100,24 @@ def iter_pages(
     max_pdf_pages: int = 1000,
     source: str | None = None,
     rgb: bool = False,
+    pages: str | None = None,
 ) -> Iterator[PageImage]:
     """Yield every page of an input: one for an image, one per frame/page for TIFF and PDF.
 
     ``rgb`` says a numpy array input is RGB (the default assumes BGR, OpenCV's order).
+    ``pages`` selects pages of multi-page inputs ("1-5,8", 1-based); ``"-"`` reads stdin.
+    Pages are decoded one at a time, as they are consumed.
     """
+    wanted = parse_page_range(pages) if pages else None
+    yield from _iter_pages(item, max_pixels, pdf_dpi, max_pdf_pages, source, rgb, wanted)
+
+
+def _iter_pages(item: Any, max_pixels: int, pdf_dpi: int, max_pdf_pages: int,
+                source: str | None, rgb: bool, wanted: Callable[[int], bool] | None
+                ) -> Iterator[PageImage]:
+    if isinstance(item, str) and item == "-":
+        source = source or "<stdin>"
+        item = sys.stdin.buffer.read()
     name = source or describe(item)
     if isinstance(item, np.ndarray):
         yield PageImage(name, 0, _array_to_bgr(item, name, max_pixels, rgb))
@@ -123,11 +146,44 @@ def iter_pages(
         raise InputError(name, "empty file (0 bytes)", "empty")
     kind = sniff(data)
     if kind == "pdf":
-        yield from _pdf_pages(data, name, pdf_dpi, max_pixels, max_pdf_pages)
+        yield from _pdf_pages(data, name, pdf_dpi, max_pixels, max_pdf_pages, wanted)
         return
     if kind == "unknown":
         raise InputError(name, "not a supported image or PDF (unrecognised content)", "unsupported")
-    yield from _image_pages(data, name, kind, max_pixels)
+    for p in _image_pages(data, name, kind, max_pixels):
+        if wanted is None or wanted(p.index):
+            yield p
+
+
+def parse_page_range(spec: str) -> Callable[[int], bool]:
+    """"1-5,8,10-" (1-based, inclusive; open ends allowed) -> predicate on 0-based page index."""
+    spans: list[tuple[int, float]] = []
+    for part in spec.replace(" ", "").split(","):
+        if not part:
+            continue
+        a, dash, b = part.partition("-")
+        try:
+            lo = int(a) if a else 1
+            hi: float = (int(b) if b else float("inf")) if dash else lo
+        except ValueError:
+            raise ValueError(f"bad page range {spec!r}: use e.g. 1-5,8 (1-based)") from None
+        if lo < 1 or hi < lo:
+            raise ValueError(f"bad page range {spec!r}: pages count from 1, low-high")
+        spans.append((lo, hi))
+    if not spans:
+        raise ValueError(f"bad page range {spec!r}: use e.g. 1-5,8 (1-based)")
+    return lambda i: any(lo <= i + 1 <= hi for lo, hi in spans)
+
+
+def decode_pages(item: Any, *, max_pixels: int, pdf_dpi: int, max_pdf_pages: int,
+                 pages: str | None = None, rgb: bool = False,
+                 max_pages: int | None = None) -> Iterator[PageImage]:
+    """The one decode step: pages of one input, lazily, limits applied (stops after max_pages)."""
+    for n, p in enumerate(iter_pages(item, max_pixels=max_pixels, pdf_dpi=pdf_dpi,
+                                     max_pdf_pages=max_pdf_pages, rgb=rgb, pages=pages)):
+        if max_pages is not None and n >= max_pages:
+            return
+        yield p
 
 
 def load_image(item: Any, *, max_pixels: int = 80_000_000, rgb: bool = False) -> np.ndarray:
@@ -222,7 +278,8 @@ def _array_to_bgr(arr: np.ndarray, name: str, max_pixels: int, rgb: bool) -> np.
 
 
 def _pdf_pages(
-    data: bytes, name: str, dpi: int, max_pixels: int, max_pages: int
+    data: bytes, name: str, dpi: int, max_pixels: int, max_pages: int,
+    wanted: Callable[[int], bool] | None = None,
 ) -> Iterator[PageImage]:
     import pypdfium2 as pdfium
 
@@ -234,11 +291,14 @@ def _pdf_pages(
         n = len(doc)
         if n == 0:
             raise InputError(name, "PDF has no pages", "empty")
-        if n > max_pages:
-            raise InputError(name, f"PDF has {n} pages, over the limit of {max_pages}",
-                             "too_many_pages")
+        selected = [i for i in range(n) if wanted is None or wanted(i)]
+        if len(selected) > max_pages:
+            raise InputError(name, f"PDF has {len(selected)} pages, over the limit of {max_pages} "
+                             "(raise --max-pdf-pages or choose --pages)", "too_many_pages")
+        if not selected:
+            raise InputError(name, f"none of the PDF's {n} pages is in the page range", "empty")
         scale = dpi / 72.0
-        for i in range(n):
+        for i in selected:
             pname = f"{name} [page {i + 1}]"
             try:
                 page = doc[i]
@@ -267,7 +327,7 @@ def _pdf_pages(
                 bgr = cv2.cvtColor(arr, cv2.COLOR_RGB2BGR)
             else:  # "BGR"
                 bgr = np.ascontiguousarray(arr[:, :, :3])
-            yield PageImage(name, i, bgr)
+            yield PageImage(name, i, bgr, dpi=float(dpi))
     finally:
         doc.close()
 

@@ -58,6 +58,7 @@ class ModelSet:
     dictionary: ModelFile
     det_constants: DetConstants = field(default_factory=DetConstants)
     rec_constants: RecConstants = field(default_factory=RecConstants)
+    native: tuple[str, ...] = ("cls",)  # roles with a native PyTorch network (models/torch_*.py)
 
     def files(self) -> list[ModelFile]:
         return [self.det, self.rec, self.cls, self.dictionary]
@@ -94,6 +95,7 @@ MODEL_SETS: dict[str, ModelSet] = {
                              "769e7fa79bb297b5f18d8dbd149e364a45bc61f2b3f574e5ea836f0b261c23a6", 93655),
         # from ppocrv6/small/det/inference.yml (PostProcess)
         det_constants=DetConstants(thresh=0.2, box_thresh=0.45, unclip_ratio=1.4, max_candidates=3000),
+        native=("det", "rec", "cls"),
     ),
     "ppocrv6-tiny": ModelSet(
         name="ppocrv6-tiny",

@@ -88,6 +88,8 @@ class RecNeck(nn.Module):
 class RecNet(nn.Module):
     """Text line (N, 3, 48, W) -> per-step class probabilities (N, W/8, classes)."""
 
+    keep_fp32 = ("head",)  # logits feed a softmax: low precision there drops characters
+
     def __init__(self, num_classes: int = 18710):
         super().__init__()
         self.stem = Stem(48, 96)

@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from ocrforge.config import EngineConfig, atomic_write_text
+from ocrforge.models.artifacts import artifact_stem, artifacts_dir, current_artifact  # noqa: F401
 from ocrforge.models.registry import sha256_of
+from ocrforge.paths import ENV_CACHE, cache_dir  # noqa: F401
 
-ENV_CACHE = "OCRFORGE_CACHE_DIR"
 RECIPE_VERSION = 1
-PRECISIONS = ("fp16", "int8", "int8-dynamic")
+from ocrforge.models.artifacts import PRECISIONS  # noqa: E402,F401
+
 CALIB_SEED = 1001  # synth seeds: calibration, sensitivity sweep and guard pages never overlap
 SWEEP_SEED = 1002
 EVAL_SEED = 2001
@@ -45,14 +47,6 @@ KEEP_FLOAT: dict[str, list[str]] = {
     # GELU, has outliers); full INT8 doubled the crop CER, this one node float restored it
     "5435fd747c9e0efe15a96d0b378d5bd157e9492ed8fd80edf08f30d02fa24634": ["Conv.50"],
 }
-
-
-def cache_dir() -> Path:
-    env = os.environ.get(ENV_CACHE)
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ocrforge"
 
 
 @dataclass
@@ -97,13 +91,11 @@ class BuildResult:
 
 
 def _artifacts() -> Path:
-    d = cache_dir() / "artifacts"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return artifacts_dir()
 
 
 def _stem(role: str, sha: str, precision: str) -> str:
-    return f"{role}-{sha[:12]}-{precision}"
+    return artifact_stem(role, sha, precision)
 
 
 @contextlib.contextmanager
@@ -140,28 +132,6 @@ def synth_dir(seed: int, pages: int) -> Path:
     return d
 
 
-def current_artifact(role: str, model_path: Path, precision: str) -> Path | None:
-    sha = sha256_of(Path(model_path))
-    ptr = _artifacts() / (_stem(role, sha, precision) + ".current")
-    if ptr.is_file():
-        p = _artifacts() / ptr.read_text(encoding="utf-8").strip()
-        if p.is_file():
-            return p
-    return None
-
-
-def artifact_for(role: str, path: Path, precision: str, cfg: EngineConfig) -> Path:
-    """The cached ``precision`` variant of one network, built (with the accuracy guard) on first use."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    found = current_artifact(role, path, precision)
-    if found is not None:
-        return found
-    print(f"ocrforge: building {precision} {role} model (first use; cached in {cache_dir()}) ...",
-          file=sys.stderr)
-    return build(role, Path(path), BuildOptions(precision=precision), cfg).path
-
-
 def _default_keep_float(sha: str) -> list[str]:
     return list(KEEP_FLOAT.get(sha, []))
 
@@ -196,7 +166,7 @@ def build(role: str, model_path: Path, opts: BuildOptions, cfg: EngineConfig | N
         report: dict[str, Any] = {
             "role": role, "precision": opts.precision, "source_model": str(model_path),
             "source_sha256": sha, "recipe": opts.recipe(), "options": asdict(opts),
-            "model_set": cfg.model_set,
+            "model_set": cfg.models.name,
         }
         with tempfile.TemporaryDirectory(prefix="ocrforge-build-", dir=_artifacts()) as tmp:
             cand = Path(tmp) / "candidate.onnx"

@@ -66,7 +66,7 @@ def fp32_engine(cfg: EngineConfig, role: str) -> OCR:
     from ocrforge.engine import OCR
 
     return OCR(cfg.with_(det_precision="fp32", rec_precision="fp32", cls_precision="fp32",
-                         use_cls=cfg.use_cls or role == "cls", runtime="onnxruntime"))
+                         use_cls=cfg.cls.enabled or role == "cls", runtime="onnxruntime"))
 
 
 def check(role: str, candidate: Path, precision: str, engine: OCR, dataset: str | Path,
@@ -74,17 +74,21 @@ def check(role: str, candidate: Path, precision: str, engine: OCR, dataset: str 
           fp32_result: dict[str, Any] | None = None) -> tuple[GuardResult, dict[str, Any]]:
     """Evaluate ``engine`` (FP32) and the same engine with ``candidate`` as its ``role`` network.
     Returns the guard result and the FP32 evaluation (reusable for the next role)."""
-    from ocrforge.runtimes.onnxruntime import OrtRuntime
     from ocrforge.evaluation.eval import evaluate
+    from ocrforge.runtimes.onnxruntime import OrtRuntime
 
     attr = f"{role}_rt"
     ref = fp32_result or evaluate(engine, dataset, pages)
-    original = getattr(engine, attr)
-    setattr(engine, attr, OrtRuntime(candidate, engine.config, precision))
+    runner = engine.runner
+    if role == "cls":
+        runner.cls_runtime()
+        attr = "_cls_rt"
+    original = getattr(runner, attr)
+    setattr(runner, attr, OrtRuntime(candidate, engine.config.runtime, precision))
     try:
         got = evaluate(engine, dataset, pages)
     finally:
-        setattr(engine, attr, original)
+        setattr(runner, attr, original)
     c0, c1 = ref["overall"]["cer"], got["overall"]["cer"]
     delta = (c1 - c0) * 100
     name = str(dataset) if isinstance(dataset, (str, Path)) else f"{Path(dataset[0].image).parent.parent} (upright pages)"
@@ -111,10 +115,10 @@ def speed(role: str, candidate: Path, precision: str, engine: OCR, inputs: list[
     """Network-only speed of FP32 vs candidate on the same engine inputs (same process, interleaved)."""
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
-    fp32_rt = getattr(engine, f"{role}_rt")
-    cand_rt = OrtRuntime(candidate, engine.config, precision)
+    fp32_rt = engine.runner.cls_runtime() if role == "cls" else getattr(engine.runner, f"{role}_rt")
+    cand_rt = OrtRuntime(candidate, engine.config.runtime, precision)
     t32 = time_runtime(fp32_rt, inputs, repeats)
     tc = time_runtime(cand_rt, inputs, repeats)
     return {"inputs": len(inputs), "fp32_s": round(t32, 4), "candidate_s": round(tc, 4),
             "speedup": round(t32 / tc, 3) if tc else None, "repeats": repeats,
-            "intra_op_threads": engine.config.intra_op_threads}
+            "intra_op_threads": engine.config.runtime.intra_op_threads}

@@ -17,8 +17,6 @@ import numpy as np
 
 from ocrforge.io.inputs import IMAGE_EXTS
 from ocrforge.stages import classify
-from ocrforge.stages.crop import crop_quad
-from ocrforge.stages.recognize import width_buckets
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -70,9 +68,12 @@ def load_pages(source: str | Path | None, pages: int, seed: int = 1001) -> tuple
 def detected_crops(engine: OCR, images: list[np.ndarray], max_crops: int = 240) -> list[np.ndarray]:
     """Crops where the (FP32) detector finds text, evenly thinned to at most max_crops."""
     crops: list[np.ndarray] = []
-    timings = [{} for _ in images]
-    for img, quads in zip(images, engine.detect(images, timings), strict=True):
-        crops.extend(crop_quad(img, q) for q in quads)
+    from ocrforge.io.inputs import PageImage
+
+    s = engine.runner.settings(None)
+    for i, img in enumerate(images):
+        d = engine.runner.detect([PageImage("calibration", i, img)], s)[0]
+        crops.extend(c for c, q in zip(d.crops, d.quads, strict=True) if not d.whole_image or q is not d.quads[-1])
     if len(crops) > max_crops:
         idx = np.linspace(0, len(crops) - 1, max_crops).round().astype(int)
         crops = [crops[i] for i in idx]
@@ -84,8 +85,8 @@ def det_inputs(engine: OCR, images: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def rec_inputs(engine: OCR, crops: list[np.ndarray], batch: int | None = None) -> list[np.ndarray]:
-    bs = batch or engine.config.rec_batch_size
-    return [engine.rec_prep([crops[i] for i in g]) for g in width_buckets(crops, bs)]
+    bs = batch or engine.config.rec_batch()
+    return [engine.rec_prep([crops[i] for i in g], w) for w, g in engine.rec_prep.groups(crops, bs)]
 
 
 def cls_inputs(crops: list[np.ndarray], batch: int = 32) -> list[np.ndarray]:

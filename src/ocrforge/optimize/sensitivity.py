@@ -20,7 +20,6 @@ import numpy as np
 
 from ocrforge.stages import classify
 from ocrforge.stages.crop import crop_quad
-from ocrforge.stages.recognize import width_buckets
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -64,8 +63,8 @@ def rec_error(engine: OCR, rt: Any, ls: LabeledSet) -> float:
     from ocrforge.evaluation.metrics import char_errors
 
     edits = total = 0
-    for g in width_buckets(ls.crops, engine.config.rec_batch_size):
-        out = engine.ctc(rt.run(engine.rec_prep([ls.crops[i] for i in g])))
+    for w, g in engine.rec_prep.groups(ls.crops, engine.config.rec_batch()):
+        out = engine.ctc(rt.run(engine.rec_prep([ls.crops[i] for i in g], w)))
         for i, (text, _) in zip(g, out, strict=True):
             e, n = char_errors(ls.texts[i], text, True)
             edits += e

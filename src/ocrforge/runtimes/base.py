@@ -1,12 +1,14 @@
-"""The small protocol every runtime implements."""
+"""The small protocols every runtime implements. A runtime runs one network; it knows nothing
+about OCR (no roles, no output heads)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 
+@runtime_checkable
 class Runtime(Protocol):
     """Runs one network: a float32 NCHW batch in, the first output as float32 out."""
 
@@ -15,3 +17,15 @@ class Runtime(Protocol):
     device: str
 
     def run(self, batch: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class DeviceRuntime(Runtime, Protocol):
+    """A runtime that also takes and returns tensors on its device (no host round trip): what
+    the GPU scheduler uses. ``dtype`` is the dtype the network computes in."""
+
+    dtype: Any
+
+    def forward(self, x: Any) -> Any: ...
+
+    def warmup(self, shapes: list[tuple[int, ...]]) -> float: ...

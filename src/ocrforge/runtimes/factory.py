@@ -1,27 +1,32 @@
-"""Build the runtime for one network of a model set according to the config."""
+"""Open the runtime for one network file: a path and runtime settings in, a Runtime out.
+
+Never builds anything: the caller passes the file to run (a reference ONNX model or a built
+artifact) or, for the torch runtime, the native module.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from ocrforge.config import EngineConfig
+from ocrforge.config import RuntimeConfig
 from ocrforge.runtimes.base import Runtime
 
 
-def build_runtime(role: str, path: Path, cfg: EngineConfig) -> Runtime:
-    """role: det | rec | cls. ONNX precision variants are built (and cached) on first use."""
-    if cfg.runtime == "torch":
-        from ocrforge.runtimes.torch import build_torch_runtime
-
-        return build_torch_runtime(role, path, cfg)
+def open_onnx(path: Path, settings: RuntimeConfig, *, precision: str = "fp32",
+              threads: int | None = None) -> Runtime:
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
-    threads = getattr(cfg, f"{role}_threads", None)
     if threads is not None:
-        cfg = cfg.with_(intra_op_threads=threads)
-    precision = getattr(cfg, f"{role}_precision")
-    if precision != "fp32":
-        from ocrforge.optimize.artifacts import artifact_for
+        settings = settings.model_copy(update={"intra_op_threads": threads})
+    return OrtRuntime(path, settings, precision)
 
-        path = artifact_for(role, path, precision, cfg)
-    return OrtRuntime(path, cfg, precision)
+
+def open_torch(module: Any, settings: RuntimeConfig, *, name: str = "") -> Runtime:
+    try:
+        from ocrforge.runtimes.torch import TorchRuntime
+    except ModuleNotFoundError as e:
+        if e.name == "torch":
+            raise RuntimeError("runtime 'torch' needs PyTorch: pip install 'ocrforge[torch]'") from None
+        raise
+    return TorchRuntime(module, settings, name=name)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ocrforge.config import EngineConfig
+from ocrforge.config import RuntimeConfig
 
 _PROVIDER_ALIASES = {
     "cpu": "CPUExecutionProvider",
@@ -47,7 +47,7 @@ def provider_names(names: list[str]) -> list[str]:
     return out
 
 
-def session_options(cfg: EngineConfig) -> ort.SessionOptions:
+def session_options(cfg: RuntimeConfig) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.intra_op_num_threads = cfg.intra_op_threads
     so.inter_op_num_threads = cfg.inter_op_threads
@@ -60,7 +60,7 @@ def session_options(cfg: EngineConfig) -> ort.SessionOptions:
     so.enable_mem_pattern = cfg.enable_mem_pattern
     so.enable_cpu_mem_arena = cfg.enable_cpu_mem_arena
     so.log_severity_level = 3
-    if not getattr(cfg, "allow_spinning", True):
+    if not cfg.allow_spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
@@ -68,7 +68,7 @@ def session_options(cfg: EngineConfig) -> ort.SessionOptions:
 class OrtRuntime:
     """One ONNX model in one InferenceSession."""
 
-    def __init__(self, model_path: str | Path, cfg: EngineConfig, precision: str = "fp32"):
+    def __init__(self, model_path: str | Path, cfg: RuntimeConfig, precision: str = "fp32"):
         self.path = Path(model_path)
         self.precision = precision
         providers = provider_names(cfg.providers)

@@ -1,15 +1,18 @@
-"""PyTorch runtime: native networks (models/torch_*.py) with FP32/FP16/BF16, channels_last,
+"""PyTorch runtime: one nn.Module on one device with FP32/FP16/BF16, channels_last,
 torch.compile (inductor, static shapes) and CUDA graph capture per input shape.
 
-The Runtime contract (``run(np.float32 NCHW) -> np.float32``) is kept, so the normal engine
-runs on it, on the CPU too. ``forward(tensor)`` is the device-side entry the GPU pipeline
-uses (no host round trip).
+It knows nothing about OCR: the module it runs (a native network from models/) is handed in.
+A module may name submodules that must stay FP32 in low precision (``keep_fp32``, e.g. the
+recognition head whose logits feed a softmax); their inputs are cast up automatically.
 
-Knobs (EngineConfig): device, torch_precision, torch_compile, cuda_graphs. Environment:
+``run(np.float32 NCHW) -> np.float32`` is the Runtime contract (the CPU engine uses it, on the
+CPU too); ``forward(tensor)`` is the device-side entry of the GPU scheduler (no host round trip).
+
+Settings (RuntimeConfig): device, torch_precision, compile, cuda_graphs. Environment:
 OCRFORGE_TORCH_COMPILE_MODE (default "default"; e.g. "max-autotune-no-cudagraphs"),
-OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 48), OCRFORGE_CUDNN_BENCHMARK=1
+OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CUDNN_BENCHMARK=1
 (cuDNN autotuning per shape; slower start), and TORCHINDUCTOR_CACHE_DIR
-(default: <user cache>/ocrforge/inductor, so a second start reuses compiled kernels).
+(default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
 """
 
 from __future__ import annotations
@@ -18,20 +21,16 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ocrforge.config import EngineConfig
-
-
-def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ocrforge"
+from ocrforge.config import RuntimeConfig
+from ocrforge.paths import cache_dir
 
 
 def _set_compile_cache() -> None:
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_cache_dir() / "inductor"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
 
@@ -44,54 +43,6 @@ import torch.nn as nn  # noqa: E402
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def build_network(role: str, path: str | Path) -> nn.Module:
-    """The native network for a role, weights imported from its ONNX file."""
-    if role == "det":
-        from ocrforge.models.torch_det import det_from_onnx
-
-        return det_from_onnx(path)
-    if role == "rec":
-        from ocrforge.models.torch_rec import rec_from_onnx
-
-        return rec_from_onnx(path)
-    if role == "cls":
-        from ocrforge.models.torch_cls import cls_from_onnx
-
-        return cls_from_onnx(path)
-    raise ValueError(f"unknown network role {role!r} (det, rec or cls)")
-
-
-class _Fp32Out(nn.Module):
-    """Runs the network in its dtype; the final normalisation (softmax / sigmoid) in FP32,
-    so FP16/BF16 only change the network body, not the probabilities' resolution."""
-
-    def __init__(self, role: str, net: nn.Module):
-        super().__init__()
-        self.role = role
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.role == "rec":
-            return torch.softmax(self.net.logits(x).float(), dim=2)
-        return self.net(x).float()
-
-
-class _CtcOut(nn.Module):
-    """Recognition head for the GPU pipeline: per CTC step the argmax class (int32) and its
-    softmax probability, without materialising the N x T x classes softmax in FP32."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.net.logits(x)
-        m, idx = logits.max(dim=2)
-        # p(argmax) = 1 / sum(exp(l - max)); exp() <= 1 is safe in FP16, the sum runs in FP32
-        denom = torch.exp(logits - m.unsqueeze(2)).sum(dim=2, dtype=torch.float32)
-        return idx.to(torch.int32), 1.0 / denom
-
-
 def resolve_device(name: str) -> torch.device:
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -102,22 +53,34 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
+def _cast_input_fp32(_mod: nn.Module, args: tuple) -> tuple:
+    return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+class _Float32Out(nn.Module):
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> Any:
+        out = self.net(x)
+        return out.float() if torch.is_tensor(out) else out
+
+
 class TorchRuntime:
     """One network on one device. Thread-safe for run() (one call at a time per runtime)."""
 
-    def __init__(self, role: str, path: str | Path, cfg: EngineConfig, *,
-                 module: nn.Module | None = None):
-        self.role = role
-        self.path = Path(path)
+    def __init__(self, module: nn.Module, cfg: RuntimeConfig, *, name: str = ""):
+        self.label = name
         self.precision = cfg.torch_precision
         self.dtype = DTYPES[cfg.torch_precision]
         self.dev = resolve_device(cfg.device)
         self.device = str(self.dev)
         self.cuda = self.dev.type == "cuda"
         self.use_graphs = bool(cfg.cuda_graphs) and self.cuda
-        self.compiled = bool(cfg.torch_compile)
+        self.compiled = bool(cfg.compile)
         mode = os.environ.get("OCRFORGE_TORCH_COMPILE_MODE", "default")
-        self.name = "torch[" + ",".join(
+        self.name = (self.label + ":" if self.label else "") + "torch[" + ",".join(
             [self.device, self.precision]
             + (["compile:" + mode] if self.compiled else [])
             + (["cudagraphs"] if self.use_graphs else [])
@@ -132,10 +95,13 @@ class TorchRuntime:
                 torch.backends.cudnn.allow_tf32 = False
                 torch.backends.cuda.matmul.allow_tf32 = False
         t0 = time.perf_counter()
-        net = module if module is not None else build_network(role.split("_")[0], path)
-        self.net = net.eval()
-        wrap = _CtcOut(net) if role == "rec_ctc" else _Fp32Out(role, net)
-        self.module = wrap.to(self.dev, self.dtype).eval()
+        self.net = module.eval()
+        self.module = _Float32Out(self.net).to(self.dev, self.dtype).eval()
+        if self.dtype != torch.float32:
+            for sub in getattr(self.net, "keep_fp32", ()):
+                m = self.net.get_submodule(sub)
+                m.float()
+                m.register_forward_pre_hook(_cast_input_fp32)
         if self.cuda:
             self.module = self.module.to(memory_format=torch.channels_last)
         for p in self.module.parameters():
@@ -150,7 +116,7 @@ class TorchRuntime:
                                     dynamic=False, fullgraph=True)
         self.load_s = time.perf_counter() - t0
         self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
-        self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "48"))
+        self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
         self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         self._pinned: dict[tuple, torch.Tensor] = {}
@@ -163,9 +129,8 @@ class TorchRuntime:
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Device tensor in (any float dtype), float32 device tensor out (role rec_ctc: a tuple
-        of int32 indices and float32 probabilities). With cuda_graphs the result is the
-        graph's static output: consume it before the next call."""
+        """Device tensor in (any float dtype), float32 device tensor out. With cuda_graphs the
+        result is the graph's static output: consume (or copy) it before the next call."""
         x = self._prepare(x)
         if not self.use_graphs:
             return self.fn(x)
@@ -205,16 +170,16 @@ class TorchRuntime:
 
     # ------------------------------------------------------------------ Runtime contract
     def _pad_batch(self, n: int) -> int:
-        """Recognition/classification batches are padded to a power of two so CUDA graphs and
+        """With graphs or compile, batches are padded to a power of two so captured graphs and
         compiled specialisations are reused (padding the batch never changes other rows)."""
-        if not (self.use_graphs or self.compiled) or self.role == "det":
+        if not (self.use_graphs or self.compiled):
             return n
         return 1 << (n - 1).bit_length()
 
     @torch.inference_mode()
     def run(self, batch: np.ndarray) -> np.ndarray:
         if batch.ndim != 4 or batch.shape[1] != 3:
-            raise ValueError(f"{self.role}: expected an N x 3 x H x W batch, got {batch.shape}")
+            raise ValueError(f"{self.name}: expected an N x 3 x H x W batch, got {batch.shape}")
         n = batch.shape[0]
         with self._lock:
             if not self.cuda:
@@ -241,6 +206,3 @@ class TorchRuntime:
             res = out.to("cpu", non_blocking=False)
             return res.numpy()
 
-
-def build_torch_runtime(role: str, path: Path, cfg: EngineConfig) -> TorchRuntime:
-    return TorchRuntime(role, path, cfg)

@@ -1,16 +1,14 @@
-"""Throughput pipeline for many pages.
+"""CPU throughput scheduler for many pages: decides what runs when; the runner does the work.
 
-Four stages run concurrently and hand work over through bounded queues, so memory stays
-flat however many pages a job has and results come out in input order:
+Three threads hand pages over through bounded queues, so memory stays flat however many pages
+a job (or one PDF) has, and results come out in input order:
 
-  decode (thread pool, lookahead bounded) -> detect + DB decode + crop (thread) ->
-  orient + recognise + CTC decode (thread, crops of ``batch_pages`` pages batched together
-  by width) -> the caller, who only receives finished pages.
+  decode (pages of each input, one at a time) -> runner.detect (+ crops) ->
+  runner.recognize (lines of ``batch_pages`` pages together) -> the caller.
 
 ONNX Runtime releases the GIL while a network runs, so detection of page N+1 overlaps
-recognition of page N. On few cores the two sessions compete for them: ``det_threads`` /
-``rec_threads`` and ``allow_spinning`` in EngineConfig decide how they share
-(docs/BENCHMARKS.md, "CPU acceleration", has the measurements).
+recognition of page N. On few cores the two sessions compete for them: ``det.threads`` /
+``rec.threads`` and ``runtime.allow_spinning`` decide how they share (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -19,12 +17,11 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ocrforge.io.inputs import InputError, PageImage, describe, iter_pages
+from ocrforge.config import ReadOptions
+from ocrforge.core import Detected
+from ocrforge.io.inputs import InputError, describe
 from ocrforge.result import Page
 
 if TYPE_CHECKING:
@@ -33,80 +30,69 @@ if TYPE_CHECKING:
 _END = object()
 
 
-def _decode(item: Any, engine: OCR) -> tuple[list[PageImage], float] | InputError:
-    t0 = time.perf_counter()
-    try:
-        cfg = engine.config
-        pages = list(iter_pages(item, max_pixels=cfg.max_pixels, pdf_dpi=cfg.pdf_dpi,
-                                max_pdf_pages=cfg.max_pdf_pages))
-    except InputError as e:
-        return e
-    except Exception as e:  # anything else in a decoder is still this input's failure
-        return InputError(describe(item), f"cannot read ({type(e).__name__}: {e})")
-    return pages, time.perf_counter() - t0
-
-
-def _error_page(err: InputError) -> Page:
+def error_page(err: InputError) -> Page:
     return Page([], 0, 0, source=err.source, error=err.reason)
 
 
-def run_pipeline(engine: OCR, items: Iterable[Any], *, batch_pages: int = 4) -> Iterator[Page]:
+def decoded(engine: OCR, item: Any) -> Iterator[tuple[Any, float]]:
+    """(PageImage, decode seconds) for each page of one input, or one InputError, lazily."""
+    t0 = time.perf_counter()
+    try:
+        for p in engine.decode(item):
+            yield p, time.perf_counter() - t0
+            t0 = time.perf_counter()
+    except InputError as e:
+        yield e, 0.0
+    except Exception as e:  # anything else in a decoder is still this input's failure
+        yield InputError(describe(item), f"cannot read ({type(e).__name__}: {e})"), 0.0
+
+
+def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | None = None,
+                 batch_pages: int = 4) -> Iterator[Page]:
+    runner = engine.runner
+    s = runner.settings(options)
     cfg = engine.config
-    if not cfg.pipeline:
-        yield from _run_serial(engine, items, batch_pages)
+    if not cfg.pipeline.enabled:
+        yield from _run_serial(engine, items, s, batch_pages)
         return
-    workers = max(1, cfg.workers)
-    depth = max(2, cfg.queue_size)
+    depth = max(2, cfg.pipeline.queue_size)
     det_q: queue.Queue = queue.Queue(maxsize=depth)
-    rec_q: queue.Queue = queue.Queue(maxsize=depth)
+    rec_q: queue.Queue = queue.Queue(maxsize=2)
+    out_q: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
 
     def producer() -> None:
-        # submit decodes with bounded lookahead, pass futures on in input order
-        with ThreadPoolExecutor(workers, thread_name_prefix="ocrforge-decode") as pool:
-            inflight: list[Future] = []
-            try:
-                for item in items:
+        try:
+            for item in items:
+                for got in decoded(engine, item):
                     if stop.is_set():
                         return
-                    inflight.append(pool.submit(_decode, item, engine))
-                    if len(inflight) >= depth:
-                        _put(det_q, inflight.pop(0).result(), stop)
-                for f in inflight:
-                    _put(det_q, f.result(), stop)
-            except BaseException as e:  # iterator of items raised: surface it to the caller
-                _put(det_q, e, stop)
-            finally:
-                _put(det_q, _END, stop)
+                    _put(det_q, got, stop)
+        except BaseException as e:  # the items iterator itself raised: surface it
+            _put(det_q, (e, 0.0), stop)
+        finally:
+            _put(det_q, _END, stop)
 
     def detector() -> None:
-        group: list[tuple[PageImage, float, list[np.ndarray], dict]] = []
+        group: list[Detected | InputError] = []
         try:
             while True:
                 got = det_q.get()
                 if got is _END:
                     break
-                if isinstance(got, BaseException) and not isinstance(got, InputError):
-                    _put(rec_q, got, stop)
+                page, decode_s = got
+                if isinstance(page, BaseException) and not isinstance(page, InputError):
+                    _put(rec_q, page, stop)
                     return
-                if isinstance(got, InputError):
-                    if group:
-                        _put(rec_q, group, stop)
-                        group = []
-                    _put(rec_q, got, stop)
-                    continue
-                pages, decode_s = got
-                for p in pages:
-                    tm: dict[str, float] = {}
-                    quads = engine.detect([p.image], [tm])[0]
-                    t0 = time.perf_counter()
-                    crops = [_crop(p.image, q) for q in quads]
-                    tm["crop"] = time.perf_counter() - t0
-                    tm["decode"] = decode_s / len(pages)
-                    group.append((p, 0.0, list(zip(quads, crops, strict=True)), tm))
-                    if len(group) >= batch_pages:
-                        _put(rec_q, group, stop)
-                        group = []
+                if isinstance(page, InputError):
+                    group.append(page)
+                else:
+                    d = runner.detect([page], s)[0]
+                    d.timings["decode"] = decode_s
+                    group.append(d)
+                if sum(isinstance(g, Detected) for g in group) >= batch_pages:
+                    _put(rec_q, group, stop)
+                    group = []
             if group:
                 _put(rec_q, group, stop)
         except BaseException as e:
@@ -114,29 +100,24 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, batch_pages: int = 4) -> 
         finally:
             _put(rec_q, _END, stop)
 
-    out_q: queue.Queue = queue.Queue(maxsize=depth)
-
     def recogniser() -> None:
         try:
             while True:
                 got = rec_q.get()
                 if got is _END:
                     break
-                if isinstance(got, InputError):
-                    _put(out_q, [_error_page(got)], stop)
-                elif isinstance(got, BaseException):
+                if isinstance(got, BaseException):
                     _put(out_q, got, stop)
                     return
-                else:
-                    _put(out_q, _recognise_group(engine, got), stop)
+                _put(out_q, _recognise_group(runner, got, s), stop)
         except BaseException as e:
             _put(out_q, e, stop)
         finally:
             _put(out_q, _END, stop)
 
-    threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-producer"),
-               threading.Thread(target=detector, daemon=True, name="ocrforge-detector"),
-               threading.Thread(target=recogniser, daemon=True, name="ocrforge-recogniser")]
+    threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-decode"),
+               threading.Thread(target=detector, daemon=True, name="ocrforge-detect"),
+               threading.Thread(target=recogniser, daemon=True, name="ocrforge-recognise")]
     for t in threads:
         t.start()
     try:
@@ -159,10 +140,10 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, batch_pages: int = 4) -> 
             t.join(timeout=5)
 
 
-def _crop(img: np.ndarray, q: np.ndarray) -> np.ndarray:
-    from ocrforge.stages.crop import crop_quad
-
-    return crop_quad(img, q)
+def _recognise_group(runner: Any, group: list, s: Any) -> list[Page]:
+    """Recognise the detected pages of a group together; error pages keep their place."""
+    pages = iter(runner.recognize([g for g in group if isinstance(g, Detected)], s))
+    return [error_page(g) if isinstance(g, InputError) else next(pages) for g in group]
 
 
 def _put(q: queue.Queue, obj: Any, stop: threading.Event) -> None:
@@ -174,43 +155,19 @@ def _put(q: queue.Queue, obj: Any, stop: threading.Event) -> None:
             continue
 
 
-def _recognise_group(engine: OCR, group: list) -> list[Page]:
-    from ocrforge.result import Line
-
-    crops = [c for _, _, qc, _ in group for _, c in qc]
-    t0 = time.perf_counter()
-    angles = engine.orient(crops)
-    cls_s = time.perf_counter() - t0
-    texts, rec_tm = engine.recognize(crops)
-    total = max(len(crops), 1)
-    out = []
-    k = 0
-    drop = engine.config.drop_score
-    for p, _, qc, tm in group:
-        lines = []
-        for q, _ in qc:
-            text, score = texts[k]
-            if score >= drop and text.strip():
-                lines.append(Line(text, q.tolist(), score, angles[k]))
-            k += 1
-        share = len(qc) / total
-        tm["cls"] = cls_s * share
-        for name, v in rec_tm.items():
-            tm[name] = v * share
-        h, w = p.image.shape[:2]
-        out.append(Page(lines, w, h, p.source, p.index, tm))
-    return out
-
-
-def _run_serial(engine: OCR, items: Iterable[Any], batch_pages: int) -> Iterator[Page]:
+def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int) -> Iterator[Page]:
+    runner = engine.runner
+    group: list = []
     for item in items:
-        got = _decode(item, engine)
-        if isinstance(got, InputError):
-            yield _error_page(got)
-            continue
-        pages, decode_s = got
-        for start in range(0, len(pages), batch_pages):
-            res = engine.ocr_images(pages[start : start + batch_pages])
-            for r in res:
-                r.timings["decode"] = decode_s / len(pages)
-            yield from res
+        for page, decode_s in decoded(engine, item):
+            if isinstance(page, InputError):
+                group.append(page)
+            else:
+                d = runner.detect([page], s)[0]
+                d.timings["decode"] = decode_s
+                group.append(d)
+            if sum(isinstance(g, Detected) for g in group) >= batch_pages:
+                yield from _recognise_group(runner, group, s)
+                group = []
+    if group:
+        yield from _recognise_group(runner, group, s)

@@ -32,6 +32,7 @@ from starlette.formparsers import MultiPartParser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ocrforge import __version__
+from ocrforge.config import bucket_det_limit
 from ocrforge.io.inputs import InputError, PageImage, iter_pages, sniff
 from ocrforge.server.batcher import Batcher, Overloaded, Stopped, run_engine
 from ocrforge.server.errors import ApiError, from_input_error
@@ -120,7 +121,6 @@ def _warmup_image() -> PageImage:
 def load_engines(state: ServiceState) -> None:
     """Build one engine per device, warm each up, start the batcher (runs in a thread)."""
     from ocrforge.engine import OCR
-    from ocrforge.runtimes.factory import build_runtime
 
     s = state.settings
     try:
@@ -128,23 +128,21 @@ def load_engines(state: ServiceState) -> None:
         engines, cls_rts = [], []
         for dev in devices:
             cfg = s.engine.with_(device=dev, max_pixels=s.max_pixels, max_pdf_pages=s.max_pdf_pages)
-            if dev == "cpu" and cfg.intra_op_threads == 0 and len(devices) > 1:
+            if dev == "cpu" and cfg.runtime.intra_op_threads == 0 and len(devices) > 1:
                 cfg = cfg.with_(intra_op_threads=max(1, (os.cpu_count() or 1) // len(devices)))
             eng = OCR(cfg)
-            cls_rt = eng.cls_rt
-            if cls_rt is None:
-                try:
-                    cls_rt = build_runtime("cls", eng.models.cls, cfg)
-                except Exception as e:  # cls=on requests will get a clear 400
-                    log.warning("orientation classifier unavailable: %s", e)
+            cls_rt = None
+            try:
+                cls_rt = eng.runner.cls_runtime()  # opened now so cls=on requests never wait
+            except Exception as e:  # cls=on requests will get a clear 400
+                log.warning("orientation classifier unavailable: %s", e)
             if s.warmup:
-                gpu = s.gpu_pipeline and cfg.runtime == "torch" and dev.startswith("cuda")
-                if gpu:  # buckets and CUDA graphs of the GPU pipeline
-                    from ocrforge.scheduling.gpu_pipeline import pipeline_for
-
-                    pipeline_for(eng).warmup()
+                gpu = s.gpu_pipeline and cfg.runtime.backend == "torch" and dev.startswith("cuda")
+                if gpu:  # buckets and CUDA graphs of the GPU scheduler
+                    eng.gpu_scheduler()
+                key = (cfg.det.limit_side, False)
                 for _ in range(2):
-                    run_engine(eng, [_warmup_image()], s.gpu_pipeline)
+                    run_engine(eng, [_warmup_image()], key, s.gpu_pipeline)
             engines.append(eng)
             cls_rts.append(cls_rt)
         state.cls_available = all(c is not None for c in cls_rts)
@@ -155,13 +153,13 @@ def load_engines(state: ServiceState) -> None:
         cfg = engines[0].config
         state.info = {
             "version": __version__,
-            "model_set": cfg.model_set,
-            "runtime": cfg.runtime,
-            "runtime_name": str(getattr(engines[0].det_rt, "name", cfg.runtime)),
+            "model_set": cfg.models.name,
+            "runtime": cfg.runtime.backend,
+            "runtime_name": str(getattr(engines[0].det_rt, "name", cfg.runtime.backend)),
             "devices": ",".join(devices),
             "engines": str(len(engines)),
-            "precision": f"det={cfg.det_precision},rec={cfg.rec_precision},torch={cfg.torch_precision}",
-            "det_limit_side": str(cfg.det_limit_side),
+            "precision": f"det={cfg.det.precision},rec={cfg.rec.precision},torch={cfg.runtime.torch_precision}",
+            "det_limit_side": str(cfg.det.limit_side),
             "max_batch_pages": str(s.max_batch_pages),
             "max_wait_ms": str(s.max_wait_ms),
             "queue_size": str(s.queue_size),
@@ -495,7 +493,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             raise ApiError(400, "invalid_parameter", "parameter 'cls': the orientation "
                            "classifier is not available on this server")
         default_limit, default_cls = batcher.default_key()
-        key = (det_limit or default_limit, default_cls if use_cls is None else use_cls)
+        # per-request limits are bucketed: a bounded set of batch keys / GPU schedulers
+        key = (bucket_det_limit(det_limit) if det_limit else default_limit,
+               default_cls if use_cls is None else use_cls)
         try:
             ticket = batcher.admit()
         except Overloaded as e:

@@ -17,7 +17,6 @@ decoding, queued or running, so latency stays bounded and the caller can answer 
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ocrforge.config import ReadOptions
 from ocrforge.io.inputs import PageImage
 from ocrforge.result import Page
 
@@ -89,40 +89,23 @@ class _Item:
     enqueued: float
 
 
-def engine_view(engine: OCR, key: EngineKey, cls_runtime: Any | None) -> OCR:
-    """The engine with another det_limit / cls setting, sharing its loaded runtimes."""
+def run_engine(engine: OCR, pages: list[PageImage], key: EngineKey,
+               gpu_pipeline: bool = False) -> list[Page]:
+    """One batch through the engine's public API with this request's options; on CUDA with
+    the torch runtime optionally through the engine's GPU scheduler (one per det-limit bucket)."""
     det_limit, use_cls = key
+    opts = ReadOptions(det_limit_side=det_limit, use_cls=use_cls)
     cfg = engine.config
-    if det_limit == cfg.det_limit_side and use_cls == (engine.cls_rt is not None):
-        return engine
-    from ocrforge.stages.detect import DetPreprocessor
-
-    view = copy.copy(engine)
-    view.config = cfg.with_(det_limit_side=det_limit, use_cls=use_cls)
-    if det_limit != cfg.det_limit_side:
-        view.det_prep = DetPreprocessor(engine.models.model_set.det_constants, det_limit,
-                                        cfg.det_limit_type, cfg.det_min_side, cfg.det_max_upscale)
-    view.cls_rt = cls_runtime if use_cls else None
-    return view
-
-
-def run_engine(engine: OCR, pages: list[PageImage], gpu_pipeline: bool = False) -> list[Page]:
-    """One batch through the engine: ``ocr_images``, or on CUDA with the torch runtime the
-    engine's GPU pipeline (cross-page detection batches, crops and CTC on the device)."""
-    cfg = engine.config
-    if (gpu_pipeline and cfg.runtime == "torch" and cfg.device.startswith("cuda")
-            and engine.cls_rt is None):
-        from ocrforge.scheduling.gpu_pipeline import pipeline_for
-
-        out = list(pipeline_for(engine).run([p.image for p in pages]))
+    if gpu_pipeline and cfg.runtime.backend == "torch" and cfg.runtime.on_gpu and not use_cls:
+        out = list(engine.read_many([p.image for p in pages], options=opts))
         if len(out) != len(pages):
-            raise RuntimeError(f"GPU pipeline returned {len(out)} pages for {len(pages)}")
+            raise RuntimeError(f"GPU scheduler returned {len(out)} pages for {len(pages)}")
         for src, page in zip(pages, out, strict=True):
             if page.error:
                 raise RuntimeError(f"{src.source}: {page.error}")
             page.source, page.page_index = src.source, src.index
         return out
-    return engine.ocr_images(pages)
+    return engine.ocr_images(pages, opts)
 
 
 class Batcher:
@@ -145,7 +128,7 @@ class Batcher:
         self.max_batch_pages = max(1, max_batch_pages)
         self.max_wait_s = max(0.0, max_wait_ms) / 1000.0
         self.queue_size = queue_size
-        self._cls_runtimes = cls_runtimes or [e.cls_rt for e in engines]
+        self._cls_runtimes = cls_runtimes or [None for _ in engines]
         self._on_batch = on_batch
         self.gpu_pipeline = gpu_pipeline
         self._cond = threading.Condition()
@@ -168,7 +151,7 @@ class Batcher:
 
     def default_key(self) -> EngineKey:
         e = self.engines[0]
-        return (e.config.det_limit_side, e.cls_rt is not None)
+        return (e.config.det.limit_side, e.config.cls.enabled)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -262,7 +245,6 @@ class Batcher:
             self._cond.wait(wait)
 
     def _worker(self, index: int, engine: OCR) -> None:
-        views: dict[EngineKey, OCR] = {}
         while True:
             with self._cond:
                 batch = self._next_batch()
@@ -270,24 +252,20 @@ class Batcher:
                     return
                 self._running_pages += len(batch)
             try:
-                self._execute(index, engine, views, batch)
+                self._execute(index, engine, batch)
             finally:
                 with self._cond:
                     self._running_pages -= len(batch)
 
-    def _execute(self, index: int, engine: OCR, views: dict[EngineKey, OCR],
-                 batch: list[_Item]) -> None:
+    def _execute(self, index: int, engine: OCR, batch: list[_Item]) -> None:
         key = batch[0].job.key
-        view = views.get(key)
-        if view is None:
-            view = views[key] = engine_view(engine, key, self._cls_runtimes[index])
         jobs = list({id(it.job): it.job for it in batch}.values())
         t0 = time.perf_counter()
         for j in jobs:
             if j.started is None:
                 j.started = t0
         try:
-            pages = run_engine(view, [it.job.pages[it.index] for it in batch],
+            pages = run_engine(engine, [it.job.pages[it.index] for it in batch], key,
                                self.gpu_pipeline)
             error: BaseException | None = None
         except BaseException as e:  # an engine failure fails this batch's requests, not the server

@@ -33,7 +33,6 @@ class ServerSettings:
     gpu_pipeline: bool = False
 
     def validate(self) -> None:
-        self.engine.validate()
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         if self.max_batch_pages < 1:

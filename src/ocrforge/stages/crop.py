@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import cv2
 import numpy as np
 
@@ -20,3 +22,96 @@ def crop_quad(img: np.ndarray, quad: np.ndarray) -> np.ndarray:
     if h / w >= VERTICAL_RATIO:
         crop = np.ascontiguousarray(np.rot90(crop))
     return crop
+
+
+def line_sizes(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(w, h, turned) of each quad's crop exactly as crop_quad computes them (k x 4 x 2 in)."""
+    q = quads.astype(np.float32)
+    nrm = np.linalg.norm
+    w = np.maximum(np.maximum(nrm(q[:, 0] - q[:, 1], axis=1), nrm(q[:, 2] - q[:, 3], axis=1)).astype(np.int64), 1)
+    h = np.maximum(np.maximum(nrm(q[:, 0] - q[:, 3], axis=1), nrm(q[:, 1] - q[:, 2], axis=1)).astype(np.int64), 1)
+    return w, h, h / w >= VERTICAL_RATIO
+
+
+def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any,
+                     mode: str = "bicubic") -> tuple[Any, list[tuple[int, int, int]]]:
+    """Device-side twin of crop_quad + RecPreprocessor for all lines of one page at once.
+
+    ``img`` is the page as a 3 x H x W uint8 tensor; returns a (k, 3, 48, Wmax) tensor of
+    normalised lines (zero right of each line's text width), rows sorted by bucket width so the
+    lines of one bucket are contiguous, and [(line index, bucket width, row)]."""
+    import torch
+    import torch.nn.functional as F
+
+    _, H, W = img.shape
+    hs = rec.height
+    w, h, vert = line_sizes(quads)
+    mats = perspective_batch(w, h, quads)  # crop pixel -> page pixel, k x 3 x 3
+    cw_, ch_ = np.where(vert, h, w), np.where(vert, w, h)  # size of the (turned) crop
+    tws = np.array([rec.text_width(int(a), int(b)) for a, b in zip(ch_, cw_, strict=True)])
+    buckets = np.array([rec.bucket(int(t)) for t in tws])
+    order = np.argsort(buckets, kind="stable")
+    k = len(order)
+    wmax = int(buckets.max())
+    dev = img.device
+
+    def to_dev(a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
+
+    m = to_dev(mats[order])
+    info = to_dev(np.stack([w, h, tws, vert], axis=1)[order])
+    w_, h_, tw_, v_ = (info[:, i].view(k, 1, 1) for i in range(4))
+    u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
+    vv = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
+    cw = torch.where(v_ > 0, h_, w_)
+    ch = torch.where(v_ > 0, w_, h_)
+    # network pixel (u, v) -> (turned) crop pixel, as cv2.resize maps pixel centres
+    bx = (u + 0.5) * cw / tw_ - 0.5
+    by = (vv + 0.5) * ch / hs - 0.5
+    # undo np.rot90 for vertical crops: turned (x', y') = crop (w - 1 - y', x')
+    cx = torch.where(v_ > 0, w_ - 1 - by, bx)
+    cy = torch.where(v_ > 0, bx, by)
+    mm = [m[:, i, j].view(k, 1, 1) for i in range(3) for j in range(3)]
+    den = mm[6] * cx + mm[7] * cy + mm[8]
+    sx = (mm[0] * cx + mm[1] * cy + mm[2]) / den
+    sy = (mm[3] * cx + mm[4] * cy + mm[5]) / den
+    grid = torch.stack([(2 * sx + 1) / W - 1, (2 * sy + 1) / H - 1], dim=-1)
+    # all lines of the page in one call: their grids stacked vertically (1 x k*48 x Wmax)
+    src = img.unsqueeze(0).float()
+    crops = F.grid_sample(src, grid.reshape(1, k * hs, wmax, 2), mode=mode,
+                          padding_mode="border", align_corners=False)
+    if mode == "bicubic":
+        crops = crops.clamp_(0.0, 255.0)
+    crops = crops.view(3, k, hs, wmax).transpose(0, 1)
+    crops = (crops * float(rec.scale) + float(rec.offset))
+    crops = crops * (u < tw_).unsqueeze(1).to(crops.dtype)  # zero right of the text
+    crops = crops.to(dtype).contiguous()
+    return crops, [(int(li), int(buckets[li]), row) for row, li in enumerate(order)]
+
+
+def perspective_batch(w: np.ndarray, h: np.ndarray, quads: np.ndarray) -> np.ndarray:
+    """Batched cv2.getPerspectiveTransform from the rectangles (0,0)-(w,h) to the quads."""
+    k = len(w)
+    src = np.zeros((k, 4, 2), np.float64)
+    src[:, 1, 0] = w
+    src[:, 2, 0] = w
+    src[:, 2, 1] = h
+    src[:, 3, 1] = h
+    dst = quads.astype(np.float64)
+    a = np.zeros((k, 8, 8))
+    b = np.zeros((k, 8))
+    for i in range(4):
+        x, y = src[:, i, 0], src[:, i, 1]
+        u, v = dst[:, i, 0], dst[:, i, 1]
+        a[:, i, 0], a[:, i, 1], a[:, i, 2] = x, y, 1
+        a[:, i, 6], a[:, i, 7] = -x * u, -y * u
+        a[:, i + 4, 3], a[:, i + 4, 4], a[:, i + 4, 5] = x, y, 1
+        a[:, i + 4, 6], a[:, i + 4, 7] = -x * v, -y * v
+        b[:, i], b[:, i + 4] = u, v
+    try:
+        sol = np.linalg.solve(a, b[..., None])[..., 0]
+    except np.linalg.LinAlgError:  # a degenerate quad somewhere: per quad, as OpenCV does
+        return np.stack([cv2.getPerspectiveTransform(src[i].astype(np.float32),
+                                                     dst[i].astype(np.float32)) for i in range(k)])
+    return np.concatenate([sol, np.ones((k, 1))], axis=1).reshape(k, 3, 3)

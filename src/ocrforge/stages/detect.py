@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -55,9 +56,27 @@ class DetPreprocessor:
         self.min_side = min_side
         self.max_upscale = max_upscale
 
-    def __call__(self, img: np.ndarray) -> DetInput:
+    def shape(self, h: int, w: int, limit: int | None = None) -> tuple[int, int]:
+        """Detector input (h, w) of a page of (h, w); ``limit`` overrides the long-side cap."""
+        return resize_shape(h, w, limit or self.limit, self.limit_type, self.min_side,
+                            self.max_upscale)
+
+    def prepare_torch(self, img: Any, rh: int, rw: int, out: Any) -> None:
+        """Device-side twin of __call__: a 3 x H x W uint8 page tensor (BGR) resized to
+        (rh, rw) and normalised into ``out[:, :rh, :rw]`` (out is 3 x Hb x Wb float, zeros
+        around: the page bucket's padding)."""
+        import torch.nn.functional as F
+
+        x = img.unsqueeze(0).float()
+        if tuple(x.shape[2:]) != (rh, rw):
+            x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False)
+        sc = x.new_tensor(self.scale).view(1, 3, 1, 1)
+        of = x.new_tensor(self.offset).view(1, 3, 1, 1)
+        out[:, :rh, :rw] = (x * sc + of)[0]
+
+    def __call__(self, img: np.ndarray, limit: int | None = None) -> DetInput:
         h, w = img.shape[:2]
-        rh, rw = resize_shape(h, w, self.limit, self.limit_type, self.min_side, self.max_upscale)
+        rh, rw = self.shape(h, w, limit)
         resized = cv2.resize(img, (rw, rh), interpolation=cv2.INTER_LINEAR) if (rh, rw) != (h, w) else img
         x = resized.astype(np.float32)
         x *= self.scale

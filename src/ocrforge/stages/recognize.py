@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import cv2
 import numpy as np
@@ -11,27 +12,58 @@ from ocrforge.models.registry import RecConstants
 
 
 class RecPreprocessor:
+    """Text-line crops -> normalised (N, 3, 48, W) batches.
+
+    Every line is padded to its own *bucket width* (a function of the line alone: the next
+    multiple of ``width_step`` at or above ``min_width``, or the next value of an explicit
+    ``widths`` list), and a batch holds lines of one bucket. So a line reads the same whatever
+    else is in its batch: read(), read_many(), the CPU and the GPU schedulers agree.
+    """
+
     def __init__(self, constants: RecConstants, max_width: int = 3200, width_step: int = 32,
-                 min_width: int | None = None):
+                 min_width: int | None = None, widths: list[int] | tuple[int, ...] | None = None):
         self.height = constants.height
+        self.mean = constants.mean
+        self.std = constants.std
         self.scale = 1.0 / (255.0 * constants.std)
         self.offset = -constants.mean / constants.std
         self.max_width = max_width
         self.width_step = width_step
         self.min_width = constants.width if min_width is None else min_width
+        self.widths = tuple(sorted(w for w in widths if w >= self.min_width)) if widths else None
+
+    def text_width(self, h: float, w: float) -> int:
+        """Width of a line of this (h, w) once resized to the network height (at most max_width)."""
+        return max(1, min(self.max_width, int(math.ceil(self.height * w / max(h, 1)))))
 
     def target_width(self, crop: np.ndarray) -> int:
         h, w = crop.shape[:2]
-        return max(1, min(self.max_width, int(math.ceil(self.height * w / max(h, 1)))))
+        return self.text_width(h, w)
+
+    def bucket(self, text_width: int) -> int:
+        w = max(text_width, self.min_width)
+        if self.widths:
+            for b in self.widths:
+                if w <= b:
+                    return b
+        return int(math.ceil(w / self.width_step)) * self.width_step
 
     def batch_width(self, widths: list[int]) -> int:
-        w = max(max(widths), self.min_width)
-        return min(self.max_width, int(math.ceil(w / self.width_step)) * self.width_step)
+        return max(self.bucket(w) for w in widths)
 
-    def __call__(self, crops: list[np.ndarray]) -> np.ndarray:
-        """Resize every crop to height 48 (aspect kept), pad right with zeros to a shared width."""
+    def groups(self, crops: list[np.ndarray], batch_size: int) -> list[tuple[int, list[int]]]:
+        """(bucket width, crop indices) batches: lines of one bucket, at most batch_size each."""
+        by: dict[int, list[int]] = {}
+        for i, c in enumerate(crops):
+            by.setdefault(self.bucket(self.target_width(c)), []).append(i)
+        return [(w, idx[k : k + batch_size]) for w, idx in sorted(by.items())
+                for k in range(0, len(idx), batch_size)]
+
+    def __call__(self, crops: list[np.ndarray], width: int | None = None) -> np.ndarray:
+        """Resize every crop to height 48 (aspect kept), pad right with zeros to ``width``
+        (default: the widest bucket among them)."""
         widths = [self.target_width(c) for c in crops]
-        bw = self.batch_width(widths)
+        bw = width or self.batch_width(widths)
         out = np.zeros((len(crops), 3, self.height, bw), np.float32)
         for i, (c, w) in enumerate(zip(crops, widths, strict=True)):
             w = min(w, bw)
@@ -42,10 +74,17 @@ class RecPreprocessor:
         return out
 
 
-def width_buckets(crops: list[np.ndarray], batch_size: int) -> list[list[int]]:
-    """Indices of crops grouped into batches of similar aspect ratio (sorted by width/height)."""
-    order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / max(crops[i].shape[0], 1))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+def ctc_head_torch(probs: Any) -> tuple[Any, Any]:
+    """(N, T, C) per-step probabilities (device tensor) -> argmax class (int32) and its
+    probability (float32) per step: only these leave the device."""
+    conf, idx = probs.max(dim=2)
+    return idx.to(dtype=_torch().int32), conf.float()
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
 
 
 class CTCDecoder:

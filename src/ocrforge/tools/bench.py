@@ -150,7 +150,7 @@ class RssSampler(threading.Thread):
 
 def _gpu_reset(engine: Any) -> bool:
     cfg = getattr(engine, "config", None)
-    if cfg is None or cfg.runtime != "torch" or not str(cfg.device).startswith("cuda"):
+    if cfg is None or cfg.runtime.backend != "torch" or not str(cfg.runtime.device).startswith("cuda"):
         return False
     import torch
 
@@ -283,8 +283,8 @@ def _batches(engine: Any, paths: list[str], bp: int) -> list[float]:
     imgs = []
     for p in paths:  # decoding is not part of a batch's latency here
         try:
-            imgs.append(next(iter(iter_pages(p, max_pixels=cfg.max_pixels, pdf_dpi=cfg.pdf_dpi,
-                                             max_pdf_pages=cfg.max_pdf_pages))))
+            imgs.append(next(iter(iter_pages(p, max_pixels=cfg.limits.max_pixels, pdf_dpi=cfg.limits.pdf_dpi,
+                                             max_pdf_pages=cfg.limits.max_pdf_pages))))
         except (InputError, StopIteration):
             continue
     out = []
@@ -446,8 +446,8 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
               settings: BenchSettings | None = None,
               log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Measure every entry on the same pages; returns the report dict (see ``SCHEMA``)."""
-    from ocrforge.result import Page
     from ocrforge.evaluation.eval import score_pages
+    from ocrforge.result import Page
 
     st = settings or BenchSettings()
     if st.repeat < 1 or st.warmup < 0:

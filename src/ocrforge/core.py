@@ -1,0 +1,250 @@
+"""The runner: one batch of decoded pages -> Pages. The one page path of ocrforge.
+
+    detect    : resize/normalise -> DB network -> boxes -> line crops   (per page batch)
+    orient    : 0/180 line classifier (optional)
+    recognize : lines padded to their width bucket -> CTC network -> text
+    assemble  : drop low scores, Lines, Page (+ the layout stage when enabled)
+
+No threads and no queues here: the schedulers (scheduling/) decide which pages go together
+and when; they call these methods, never re-implement them. The GPU scheduler runs the same
+stages on device tensors (prepare_torch / crop_lines_torch / ctc_head_torch) and ends in the
+same ``assemble``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ocrforge.config import EngineConfig, ReadOptions
+from ocrforge.io.inputs import PageImage
+from ocrforge.models.registry import ResolvedModels
+from ocrforge.result import Line, Page
+from ocrforge.runtimes.base import Runtime
+from ocrforge.stages import classify
+from ocrforge.stages.crop import crop_quad
+from ocrforge.stages.detect import DBDecoder, DetPreprocessor, stack_padded
+from ocrforge.stages.recognize import CTCDecoder, RecPreprocessor
+
+STAGES = ("decode", "det_prep", "det_infer", "det_post", "crop", "cls", "rec_prep", "rec_infer",
+          "rec_post")
+
+
+@dataclass
+class Detected:
+    """A page after detection: its lines' quads and crops (crops in line order)."""
+
+    page: PageImage
+    quads: list[np.ndarray]
+    crops: list[np.ndarray]
+    timings: dict[str, float]
+    whole_image: bool = False  # quads[-1] is the whole image (crop-like input fallback)
+
+
+@dataclass
+class Settings:
+    """What one call may change (ReadOptions merged over the engine config)."""
+
+    det_limit: int
+    drop_score: float
+    use_cls: bool
+    layout: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PageRunner:
+    def __init__(self, cfg: EngineConfig, models: ResolvedModels, det_rt: Runtime, rec_rt: Runtime,
+                 cls_rt: Callable[[], Runtime]):
+        self.config = cfg
+        self.models = models
+        ms = models.model_set
+        det = cfg.resolved_det()
+        self.det_prep = DetPreprocessor(ms.det_constants, cfg.det.limit_side, cfg.det.limit_type,
+                                        cfg.det.min_side, cfg.det.max_upscale)
+        self.det_decode = DBDecoder(float(det["thresh"]), float(det["box_thresh"]),
+                                    float(det["unclip_ratio"]), int(det["max_candidates"]),
+                                    cfg.det.min_size)
+        gpu_widths = cfg.gpu.rec_widths if cfg.runtime.on_gpu else None
+        self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec.max_width, cfg.rec.width_step,
+                                        cfg.rec.min_width, gpu_widths)
+        self.ctc = CTCDecoder(models.characters())
+        self.det_rt = det_rt
+        self.rec_rt = rec_rt
+        self._cls_factory = cls_rt
+        self._cls_rt: Runtime | None = None
+        self._cls_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ options
+    def settings(self, opts: ReadOptions | None) -> Settings:
+        cfg = self.config
+        o = opts or ReadOptions()
+        return Settings(
+            det_limit=o.det_limit_bucket() or cfg.det.limit_side,
+            drop_score=cfg.rec.drop_score if o.drop_score is None else o.drop_score,
+            use_cls=cfg.cls.enabled if o.use_cls is None else o.use_cls,
+            layout=cfg.layout.enabled if o.layout is None else o.layout,
+        )
+
+    def cls_runtime(self) -> Runtime:
+        """The 0/180 classifier, opened on first use (one per engine)."""
+        with self._cls_lock:
+            if self._cls_rt is None:
+                self._cls_rt = self._cls_factory()
+            return self._cls_rt
+
+    # ------------------------------------------------------------------ stages
+    def detect(self, pages: list[PageImage], s: Settings) -> list[Detected]:
+        """Quads and crops per page; pages are batched by det batch size (same-size pages)."""
+        out: list[Detected] = []
+        bs = self.config.det_batch()
+        for start in range(0, len(pages), bs):
+            chunk = pages[start : start + bs]
+            t0 = time.perf_counter()
+            dins = [self.det_prep(p.image, s.det_limit) for p in chunk]
+            batch = stack_padded(dins)
+            t1 = time.perf_counter()
+            probs = self.det_rt.run(batch)
+            t2 = time.perf_counter()
+            quads = []
+            for k, d in enumerate(dins):
+                h, w = d.tensor.shape[2:]
+                quads.append(self.det_decode(probs[k, 0, :h, :w], d))
+            t3 = time.perf_counter()
+            n = len(chunk)
+            for p, qs in zip(chunk, quads, strict=True):
+                tm = dict.fromkeys(STAGES, 0.0)
+                tm.update(det_prep=(t1 - t0) / n, det_infer=(t2 - t1) / n, det_post=(t3 - t2) / n)
+                out.append(self.crop(p, qs, tm))
+        return out
+
+    def crop(self, page: PageImage, quads: list[np.ndarray], tm: dict[str, float]) -> Detected:
+        t0 = time.perf_counter()
+        img = page.image
+        crops = [crop_quad(img, q) for q in quads]
+        whole = False
+        if self.config.rec.crop_fallback and looks_like_crop(img.shape[0], img.shape[1], len(quads)):
+            h, w = img.shape[:2]
+            q = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+            quads = [*quads, q]
+            crops.append(crop_quad(img, q))
+            whole = True
+        tm["crop"] = time.perf_counter() - t0
+        return Detected(page, list(quads), crops, tm, whole)
+
+    def orient(self, crops: list[np.ndarray], s: Settings) -> list[int]:
+        """Turn upside-down crops (in place in the list); returns 0/180 per crop."""
+        angles = [0] * len(crops)
+        if not s.use_cls or not crops:
+            return angles
+        rt = self.cls_runtime()
+        bs = self.config.cls.batch_size
+        for start in range(0, len(crops), bs):
+            probs = rt.run(classify.prepare(crops[start : start + bs]))
+            for k, flip in enumerate(classify.decide(probs, self.config.cls.thresh)):
+                if flip:
+                    crops[start + k] = np.ascontiguousarray(crops[start + k][::-1, ::-1])
+                    angles[start + k] = 180
+        return angles
+
+    def recognize_crops(self, crops: list[np.ndarray]) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """Text and score per crop; lines of one width bucket are batched together."""
+        results: list[tuple[str, float]] = [("", 0.0)] * len(crops)
+        tm = {"rec_prep": 0.0, "rec_infer": 0.0, "rec_post": 0.0}
+        for width, group in self.rec_prep.groups(crops, self.config.rec_batch()):
+            t0 = time.perf_counter()
+            batch = self.rec_prep([crops[i] for i in group], width)
+            t1 = time.perf_counter()
+            probs = self.rec_rt.run(batch)
+            t2 = time.perf_counter()
+            for i, r in zip(group, self.ctc(probs), strict=True):
+                results[i] = r
+            t3 = time.perf_counter()
+            tm["rec_prep"] += t1 - t0
+            tm["rec_infer"] += t2 - t1
+            tm["rec_post"] += t3 - t2
+        return results, tm
+
+    def recognize(self, detected: list[Detected], s: Settings) -> list[Page]:
+        """Orient + recognise the lines of all given pages together, then assemble each page."""
+        crops = [c for d in detected for c in d.crops]
+        t0 = time.perf_counter()
+        angles = self.orient(crops, s)
+        cls_s = time.perf_counter() - t0
+        texts, rec_tm = self.recognize_crops(crops)
+        total = max(len(crops), 1)
+        out = []
+        k = 0
+        for d in detected:
+            n = len(d.crops)
+            share = n / total
+            d.timings["cls"] = cls_s * share
+            for name, v in rec_tm.items():
+                d.timings[name] = v * share
+            out.append(self.assemble(d.page, d.quads, texts[k : k + n], angles[k : k + n], s,
+                                     d.timings, whole_image=d.whole_image))
+            k += n
+        return out
+
+    def run(self, pages: list[PageImage], opts: ReadOptions | None = None) -> list[Page]:
+        if not pages:
+            return []
+        s = self.settings(opts)
+        return self.recognize(self.detect(pages, s), s)
+
+    # ------------------------------------------------------------------ assemble
+    def assemble(self, page: PageImage | Any, quads: list[np.ndarray],
+                 texts: list[tuple[str, float] | None], angles: list[int], s: Settings,
+                 timings: dict[str, float], *, whole_image: bool = False,
+                 image: np.ndarray | None = None) -> Page:
+        """Lines from (quad, text, angle); every scheduler ends here. ``page`` needs source,
+        index, width/height (or image) and optionally dpi."""
+        if whole_image and quads:
+            quads, texts, angles = _pick_whole_or_lines(quads, texts, angles)
+        lines = []
+        for q, tx, angle in zip(quads, texts, angles, strict=True):
+            text, score = tx if tx is not None else ("", 0.0)
+            if score >= s.drop_score and text.strip():
+                lines.append(Line(text, np.asarray(q).tolist(), score, angle))
+        img = image if image is not None else getattr(page, "image", None)
+        if img is not None:
+            h, w = img.shape[:2]
+        else:
+            h, w = page.height, page.width
+        result = Page(lines, w, h, page.source, page.index, timings,
+                      dpi=getattr(page, "dpi", None))
+        if s.layout:
+            result = _layout(result, img)
+        return result
+
+
+def looks_like_crop(h: int, w: int, n_quads: int) -> bool:
+    """An input that is probably one word or one line: a wide strip of small height, or a small
+    image where detection found nothing. These get the whole image recognised as one line too."""
+    strip = h <= 96 and w >= 1.5 * h
+    small_empty = n_quads == 0 and h * w <= 320 * 320
+    return strip or small_empty
+
+
+def _pick_whole_or_lines(quads: list, texts: list, angles: list) -> tuple[list, list, list]:
+    """Keep either the detected lines or the whole-image line (the last one), whichever has the
+    higher character-weighted score (empty detections always lose)."""
+    whole = texts[-1] or ("", 0.0)
+    det = [t for t in texts[:-1] if t is not None and t[0].strip()]
+    det_chars = sum(len(t[0]) for t in det)
+    det_score = sum(t[1] * len(t[0]) for t in det) / det_chars if det_chars else 0.0
+    if whole[0].strip() and (not det or whole[1] > det_score):
+        return quads[-1:], texts[-1:], angles[-1:]
+    return quads[:-1], texts[:-1], angles[:-1]
+
+
+def _layout(page: Page, image: np.ndarray | None) -> Page:
+    try:
+        from ocrforge.layout import analyze
+    except ImportError:  # the layout stage is optional
+        return page
+    return analyze(page, image=image)
