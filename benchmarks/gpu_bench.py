@@ -5,7 +5,7 @@ Sections (each prints as it finishes; everything also goes to --out JSON):
   stage    det at 960x960 (pages/s) and rec at 48x320 (lines/s): eager FP32, eager FP16,
            compiled FP16, compiled + CUDA graphs FP16, BF16 (+ CUDA graphs); batch-1 latency
            p50/p95, best-batch throughput, peak memory, compile (cold) time
-  e2e      GpuPipeline end to end on N synthetic pages (>= 30 lines each) and the dev set:
+  e2e      GpuScheduler end to end on N synthetic pages (>= 30 lines each) and the dev set:
            pages/s, single-page latency, GPU utilisation (nvidia-smi sampled every 100 ms),
            host CPU seconds per page, peak GPU memory, CER vs labels per precision
   ort      the normal ocrforge engine on ONNX Runtime CPU (16 threads) on a subset, same pages
@@ -124,6 +124,18 @@ def synth_pages(out_dir: Path, n: int, font: str, seed: int = 0) -> Path:
     return out_dir
 
 
+def pages_digest(out_dir: Path) -> str:
+    """sha256 over the rendered page files: equal digests mean the very same pages (so CER
+    of another engine measured on another machine compares like for like)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted((out_dir / "images").iterdir()):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
 # ---------------------------------------------------------------------------- helpers
 def log(msg: str) -> None:
     print(f"[{time.perf_counter() - T_START:7.1f}s] {msg}", flush=True)
@@ -224,18 +236,19 @@ STAGE_CONFIGS = [  # name, precision, compile, graphs
 def sec_stage(models, configs, det_batches, rec_batches, iters: int) -> None:
     import torch
 
-    from ocrforge.config import EngineConfig
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.native import build_native
     from ocrforge.runtimes.torch import TorchRuntime
 
     out = RESULTS.setdefault("stage", {})
     for name, prec, comp, graphs in configs:
         for role, path, shape, batches in (("det", models.det, (3, 960, 960), det_batches),
                                            ("rec", models.rec, (3, 48, 320), rec_batches)):
-            cfg = EngineConfig(runtime="torch", device="cuda", torch_precision=prec,
-                               torch_compile=comp, cuda_graphs=graphs)
+            cfg = RuntimeConfig(backend="torch", device="cuda", torch_precision=prec,
+                                compile=comp, cuda_graphs=graphs)
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-            rt = TorchRuntime(role, path, cfg)
+            rt = TorchRuntime(build_native(models.model_set, role, path), cfg, name=role)
             row = {"config": name, "role": role, "shape": list(shape)}
             for bs in batches:
                 x = torch.randn((bs, *shape), device="cuda")
@@ -262,11 +275,11 @@ def flops_bytes(models) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ocrforge.runtimes.torch import build_network
+    from ocrforge.models.native import build_native
 
     r = {}
     for role, shape in (("det", (1, 3, 960, 960)), ("rec", (1, 3, 48, 320))):
-        net = build_network(role, getattr(models, role))
+        net = build_native(models.model_set, role, getattr(models, role))
         acts = [0]
 
         def hook(_m, _i, o, acts=acts):
@@ -292,13 +305,16 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
     import torch
 
     from ocrforge import OCR
-    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
     from ocrforge.evaluation.dataset import load_dataset
     from ocrforge.evaluation.eval import score_pages
 
     recs = load_dataset(synth_dir)
     files = [str(r.image) for r in recs]
     dev_recs = load_dataset(dev_dir) if dev_dir else []
+    # the real-page mix: the dev set's images repeated and shuffled to >= ARGS.real_pages
+    rng = np.random.default_rng(0)
+    real = [str(r.image) for r in dev_recs] * (-(-ARGS.real_pages // max(len(dev_recs), 1)))
+    rng.shuffle(real)
     out = RESULTS.setdefault("e2e", {})
     for name, prec, comp, graphs, buckets in configs:
         cuda = ARGS.device.startswith("cuda")
@@ -307,16 +323,22 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         eng = OCR(runtime="torch", device=ARGS.device, torch_precision=prec, torch_compile=comp,
-                  cuda_graphs=graphs, **engine_kw)
-        kw = {} if buckets == "default" else {"page_buckets": None}
-        gp = GpuPipeline(eng, det_batch=det_batch, rec_batch=rec_batch, post_workers=12, **kw)
-        warm_pages = list(gp.run(files[: ARGS.warm_pages]))  # captures / compiles the shapes in use
+                  cuda_graphs=graphs, det_batch_size=det_batch, rec_batch_size=rec_batch,
+                  **{"gpu.post_workers": 12, "gpu.decode": ARGS.gpu_decode}, **engine_kw)
+        gp = eng.gpu_scheduler()  # captures / compiles every bucket shape (warm-up) here
+        warm_s = time.perf_counter() - t0
+        warm_pages = list(gp.run(files[: ARGS.warm_pages]))
         start_s = time.perf_counter() - t0
+        log(f"e2e {name}: engine start + bucket warm-up {warm_s:.1f}s (warmup {gp.stats.warmup_s:.1f}s)")
         log(f"e2e {name}: engine start + warm-up on {len(warm_pages)} pages {start_s:.1f}s")
         row: dict = {"config": name, "precision": prec, "compile": comp, "cuda_graphs": graphs,
                      "page_buckets": buckets, "start_plus_warmup_s": start_s,
-                     "warm_pages_ok": sum(not p.error for p in warm_pages)}
+                     "warm_pages_ok": sum(not p.error for p in warm_pages),
+                     "engine_start_plus_bucket_warmup_s": warm_s, "gpu_decode": gp.gpu_decode}
         gp.stats.__init__()
+        if ARGS.profile and name == configs[0][0] and cuda:
+            row["profile"] = profile_stages(gp, files[: ARGS.profile_pages])
+            gp.stats.__init__()
         cpu0 = time.process_time()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         with GpuSampler() as smp:
@@ -357,17 +379,52 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             row["latency_ms_p95"] = pct(lat, 95) * 1e3
             log(f"    single-page latency p50 {row['latency_ms_p50']:.1f} ms p95 {row['latency_ms_p95']:.1f} ms")
         if dev_recs:
-            t0 = time.perf_counter()
-            dpages = list(gp.run([str(r.image) for r in dev_recs]))
-            el = time.perf_counter() - t0
-            dsc = score_pages(dev_recs, dpages)["overall"]
-            row["dev"] = {"pages": len(dpages), "pages_per_s": len(dpages) / el, "cer": dsc.get("cer"),
-                          "det_f1": dsc.get("det_f1"), "line_acc": dsc.get("line_acc")}
-            log(f"    dev set {len(dpages)} pages {row['dev']['pages_per_s']:.1f} pages/s "
-                f"CER {row['dev']['cer']:.4f} det_f1 {row['dev']['det_f1']:.4f}")
+            for k in ("dev_pass1", "dev_pass2"):  # the same engine twice: must read the same
+                t0 = time.perf_counter()
+                dpages = list(gp.run([str(r.image) for r in dev_recs]))
+                el = time.perf_counter() - t0
+                dsc = score_pages(dev_recs, dpages)["overall"]
+                row[k] = {"pages": len(dpages), "pages_per_s": len(dpages) / el, "cer": dsc.get("cer"),
+                          "det_f1": dsc.get("det_f1"), "line_acc": dsc.get("line_acc"),
+                          "lines": sum(len(p.lines) for p in dpages)}
+                log(f"    {k} {len(dpages)} pages {row[k]['pages_per_s']:.1f} pages/s "
+                    f"CER {row[k]['cer']:.4f} det_f1 {row[k]['det_f1']:.4f} lines {row[k]['lines']}")
+            if real:
+                t0 = time.perf_counter()
+                with GpuSampler() as smp2:
+                    n_real = sum(1 for _ in gp.run(real))
+                el = time.perf_counter() - t0
+                row["real_mix"] = {"pages": n_real, "pages_per_s": n_real / el,
+                                   "gpu_util": smp2.summary()}
+                log(f"    real-page mix {n_real} pages {n_real / el:.1f} pages/s "
+                    f"util {row['real_mix']['gpu_util'].get('util_mean', -1):.0f}%")
         out[name] = row
         save(ARGS.out)
+        eng.close()
         del gp, eng
+
+
+def profile_stages(gp, files: list[str]) -> dict:
+    """Where the time goes: torch.profiler over a run of the scheduler, CUDA and CPU time per
+    op family (top 25 by device time), plus the scheduler's own stage clocks."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    list(gp.run(files[:8]))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        n = sum(1 for _ in gp.run(files))
+        torch.cuda.synchronize()
+        el = time.perf_counter() - t0
+    rows = []
+    for ev in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:25]:
+        rows.append({"op": ev.key, "calls": ev.count,
+                     "device_ms": getattr(ev, "device_time_total", 0) / 1e3,
+                     "cpu_ms": ev.cpu_time_total / 1e3})
+    res = {"pages": n, "seconds": el, "top_ops": rows, "stats": gp.stats.__dict__.copy()}
+    log(f"profile: {n} pages in {el:.2f}s; top device ops: " +
+        ", ".join(f"{r['op'][:40]} {r['device_ms']:.0f}ms" for r in rows[:8]))
+    return res
 
 
 def sec_ort(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, n: int) -> None:
@@ -404,12 +461,13 @@ def sec_ort(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, n: int) -> N
 WARM_CODE = """
 import time, torch, sys
 t0 = time.perf_counter()
-from ocrforge.config import EngineConfig
+from ocrforge.config import RuntimeConfig
+from ocrforge.models.native import build_native
 from ocrforge.models.registry import resolve_models
 from ocrforge.runtimes.torch import TorchRuntime
-m = resolve_models('ppocrv6-small', sys.argv[1])
-rt = TorchRuntime('det', m.det, EngineConfig(runtime='torch', device='cuda', torch_precision='fp16',
-                                             torch_compile=True, cuda_graphs=True))
+m = resolve_models('ppocrv6-small', sys.argv[1] or None)
+rt = TorchRuntime(build_native(m.model_set, 'det', m.det), RuntimeConfig(backend='torch', device='cuda',
+                  torch_precision='fp16', compile=True, cuda_graphs=True))
 rt.forward(torch.zeros(1, 3, 960, 960, device='cuda')); torch.cuda.synchronize()
 print('START_TO_FIRST_OUTPUT_S', time.perf_counter() - t0)
 """
@@ -453,6 +511,10 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=540, help="skip sections started after this")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--device", default="cuda", help="cpu only for a smoke test of the e2e section")
+    ap.add_argument("--real-pages", type=int, default=1000, help="dev-set images repeated+shuffled")
+    ap.add_argument("--gpu-decode", type=int, default=1, help="nvJPEG decode of plain JPEGs (1/0)")
+    ap.add_argument("--profile", type=int, default=1, help="torch.profiler stage table (1/0)")
+    ap.add_argument("--profile-pages", type=int, default=64)
     ARGS = ap.parse_args()
 
     import torch
@@ -473,6 +535,9 @@ def main() -> None:
         t0 = time.perf_counter()
         synth_pages(synth_dir, ARGS.pages, ARGS.font)
         log(f"rendered {ARGS.pages} synthetic pages in {time.perf_counter() - t0:.1f}s")
+    if (synth_dir / "images").is_dir():
+        RESULTS["synth_sha256"] = pages_digest(synth_dir)
+        log(f"synthetic pages sha256 {RESULTS['synth_sha256']}")
     engine_kw = {"model_dir": ARGS.model_dir} if ARGS.model_dir else {}
     dev = Path(ARGS.dev) if ARGS.dev else None
     e2e_all = {
@@ -543,7 +608,7 @@ def markdown(paths: list[str]) -> str:
                        f"{row['b1']['first_call_s']:.1f} | {row['peak_mem_GiB']:.2f} |")
         out.append("")
     if "e2e" in R:
-        out += ["| end to end (GpuPipeline) | pages/s | lines/s | 1-page latency p50 / p95 ms | GPU util mean | "
+        out += ["| end to end (GpuScheduler) | pages/s | lines/s | 1-page latency p50 / p95 ms | GPU util mean | "
                 "host CPU ms/page | peak GPU GiB | CER synth | CER dev | dev pages/s |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for row in R["e2e"].values():

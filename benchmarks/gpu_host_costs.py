@@ -42,10 +42,10 @@ def main() -> None:
     import cv2
     import gpu_bench as gb
     import torch
+    from ocrforge.scheduling.gpu_pipeline import GpuPipeline, _perspective
 
     from ocrforge import OCR
     from ocrforge.scheduling.db_workers import ShmDBPool
-    from ocrforge.scheduling.gpu_pipeline import GpuPipeline, _perspective
 
     torch.set_num_threads(2)
     d = Path(tempfile.mkdtemp())

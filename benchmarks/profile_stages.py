@@ -16,8 +16,8 @@ import cv2
 
 def main() -> int:
     from ocrforge.engine import OCR
-    from ocrforge.tools.bench import parse_value
     from ocrforge.evaluation.dataset import load_dataset
+    from ocrforge.tools.bench import parse_value
 
     if len(sys.argv) < 2:
         print(__doc__)

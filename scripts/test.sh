@@ -18,4 +18,7 @@ python -m pip install -q --upgrade pip
 # nothing pulls a CUDA build)
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[dev,quant,bench,serve]'
+# the layering contract (docs/ARCHITECTURE.md) and lint, then the tests
+lint-imports
+ruff check src tests benchmarks
 python -m pytest -q -p no:cacheprovider "$@"

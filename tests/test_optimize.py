@@ -46,8 +46,9 @@ def blank(tmp_path_factory) -> Path:
 
 
 def test_int8_det_build_is_guarded_cached_and_reused(cache, pages):
+    from ocrforge.models.artifacts import artifact_path
     from ocrforge.models.registry import resolve_models
-    from ocrforge.optimize.artifacts import BuildOptions, artifact_for, build
+    from ocrforge.optimize.artifacts import BuildOptions, build
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
     cfg = EngineConfig()
@@ -69,11 +70,11 @@ def test_int8_det_build_is_guarded_cached_and_reused(cache, pages):
     m = onnx.load(str(res.path))
     assert any(n.op_type == "DequantizeLinear" for n in m.graph.node)
     assert any(t.data_type == onnx.TensorProto.INT8 for t in m.graph.initializer)
-    # the engine's factory finds it (no second build) and it runs
-    assert artifact_for("det", det, "int8", cfg) == res.path
+    # the engine's lookup finds it (no second build) and it runs
+    assert artifact_path("det", det, "int8", cfg.models.name) == res.path
     again = build("det", det, opts, cfg, log=lambda s: None)
     assert again.reused and again.path == res.path
-    rt = OrtRuntime(res.path, cfg, "int8")
+    rt = OrtRuntime(res.path, cfg.runtime, "int8")
     out = rt.run(np.zeros((1, 3, 64, 64), np.float32))
     assert out.dtype == np.float32 and out.shape == (1, 1, 64, 64)
 

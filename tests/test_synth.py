@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from ocrforge.evaluation.dataset import load_dataset
-from ocrforge.evaluation.synth import KINDS, _dictionary, find_fonts, generate, render_page, wheel_font
+from ocrforge.evaluation.synth import (
+    KINDS,
+    _dictionary,
+    find_fonts,
+    generate,
+    render_page,
+    wheel_font,
+)
 
 
 def _labels(d):

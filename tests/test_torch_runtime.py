@@ -74,50 +74,52 @@ def test_torch_runtime_contract(torch_cpu_engine):
         rt.run(np.zeros((3, 48, 320), np.float32))
 
 
-def test_gpu_pipeline_runs_on_cpu(pages, torch_cpu_engine):
-    """Same geometry code as on CUDA: batched det with exact shapes, grid_sample crops,
-    CTC on indices. Order is kept and a bad input becomes an error page."""
-    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
+def _scheduler(engine, **gpu):
+    """A GPU scheduler of the engine with other gpu-section settings (a new engine view)."""
+    from ocrforge.scheduling.gpu import GpuScheduler
 
-    gp = GpuPipeline(torch_cpu_engine, det_batch=2, rec_batch=4, post_workers=2,
-                     page_buckets=None)
+    eng = OCR(engine.config.with_(**{f"gpu.{k}": v for k, v in gpu.items()}))
+    return GpuScheduler(eng)
+
+
+def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
+    """Same code as on CUDA: page buckets, device crops, CTC head on the device. Order is
+    kept, a bad input becomes an error page, and the lines equal the runner's."""
+    eng = OCR(torch_cpu_engine.config.with_(det_batch_size=2, rec_batch_size=4, **{"gpu.post_workers": 2}))
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    gs = GpuScheduler(eng)
     items = [pages[0], b"not an image", pages[1]]
-    out = list(gp.run(items))
+    out = list(gs.run(items))
     assert len(out) == 3
     assert out[1].error and not out[0].error and not out[2].error
-    ref = [torch_cpu_engine.read(p) for p in pages]
+    ref = [eng.read(p) for p in pages]
     for r, o in zip(ref, (out[0], out[2]), strict=True):
         assert len(o.lines) == len(r.lines) == 4
-        # the crop is one bilinear resampling instead of cubic warp + linear resize:
+        # the crop is one bicubic resampling instead of cubic warp + linear resize:
         # the text must still match line for line (a space between scripts may differ)
         assert [ln.text.replace(" ", "") for ln in o.lines] == \
             [ln.text.replace(" ", "") for ln in r.lines]
-    assert gp.stats.pages == 2 and gp.stats.lines == 8
+    assert gs.stats.pages == 2 and gs.stats.lines == 8
 
 
-def test_gpu_pipeline_db_in_processes(pages, torch_cpu_engine):
+def test_gpu_scheduler_db_in_processes(pages, torch_cpu_engine):
     """DB box extraction in spawned worker processes over shared memory gives the same lines."""
-    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
-
-    threads = GpuPipeline(torch_cpu_engine, det_batch=2, rec_batch=4, page_buckets=None,
-                          post_processes=0)
-    procs = GpuPipeline(torch_cpu_engine, det_batch=2, rec_batch=4, page_buckets=None,
-                        post_processes=1)
+    threads = _scheduler(torch_cpu_engine, post_processes=0)
+    procs = _scheduler(torch_cpu_engine, post_processes=1)
     a = list(threads.run(pages))
     b = list(procs.run(pages))
-    procs._dbpool.close()
+    procs.close()
     assert [[ln.text for ln in p.lines] for p in a] == [[ln.text for ln in p.lines] for p in b]
     for pa, pb in zip(a, b, strict=True):
         for la, lb in zip(pa.lines, pb.lines, strict=True):
             assert np.abs(np.array(la.poly) - np.array(lb.poly)).max() <= 2
 
 
-def test_gpu_pipeline_ctc_matches_ctc_decoder(torch_cpu_engine):
-    """The vectorised CTC collapse on (argmax, prob) equals CTCDecoder on the probabilities."""
-    from ocrforge.scheduling.gpu_pipeline import GpuPipeline
-    from ocrforge.stages.recognize import CTCDecoder
+def test_ctc_head_and_collapse_match_ctc_decoder(torch_cpu_engine):
+    """The device head (argmax, prob) + vectorised collapse equal CTCDecoder on the probabilities."""
+    from ocrforge.stages.recognize import CTCDecoder, ctc_head_torch
 
-    gp = GpuPipeline(torch_cpu_engine, post_processes=0)
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 18710, (8, 20)).astype(np.int32)
     idx[rng.random(idx.shape) < 0.5] = 0
@@ -127,11 +129,24 @@ def test_gpu_pipeline_ctc_matches_ctc_decoder(torch_cpu_engine):
     probs = np.zeros((8, 20, 18710), np.float32)
     for b in range(8):
         probs[b, np.arange(20), idx[b]] = conf[b]
-    ref = CTCDecoder(torch_cpu_engine.models.characters())(probs)
-    got = gp._ctc(idx.copy(), conf)
+    dec = CTCDecoder(torch_cpu_engine.models.characters())
+    ref = dec(probs)
+    hi, hc = ctc_head_torch(torch.from_numpy(probs))
+    got = dec.collapse(hi.numpy(), hc.numpy())
     assert [t for t, _ in got] == [t for t, _ in ref]
     np.testing.assert_allclose([c for _, c in got], [c for _, c in ref], atol=1e-6)
     assert got[3] == ("", 0.0)
+
+
+def test_bf16_keeps_the_rec_head_fp32(pages):
+    """BF16 dropped a trailing character on the H200 ('1,234.5' for '1,234.50'); the head whose
+    logits feed the softmax stays FP32 (generic keep_fp32 of the runtime). Runs on the CPU."""
+    eng = OCR(runtime="torch", device="cpu", torch_precision="bf16", det_limit_side=736)
+    head = eng.rec_rt.net.head
+    assert head.weight.dtype == torch.float32
+    assert eng.rec_rt.net.neck.proj.conv.weight.dtype == torch.bfloat16
+    page = eng.read(pages[0])
+    assert any("1,234.50" in ln.text for ln in page.lines), [ln.text for ln in page.lines]
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -156,15 +171,17 @@ def test_gpu_low_precision_reads_like_fp32(pages, precision):
 @pytest.mark.gpu
 @cuda
 def test_gpu_cuda_graph_replay_matches_eager():
-    from ocrforge.config import EngineConfig
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.native import build_native
     from ocrforge.models.registry import resolve_models
     from ocrforge.runtimes.torch import TorchRuntime
 
     m = resolve_models("ppocrv6-small")
-    eager = TorchRuntime("det", m.det, EngineConfig(runtime="torch", device="cuda",
-                                                    torch_precision="fp16"))
-    graphs = TorchRuntime("det", m.det, EngineConfig(runtime="torch", device="cuda",
-                                                     torch_precision="fp16", cuda_graphs=True))
+    net = build_native(m.model_set, "det", m.det)
+    eager = TorchRuntime(net, RuntimeConfig(backend="torch", device="cuda", torch_precision="fp16"))
+    net2 = build_native(m.model_set, "det", m.det)
+    graphs = TorchRuntime(net2, RuntimeConfig(backend="torch", device="cuda", torch_precision="fp16",
+                                              cuda_graphs=True))
     rng = np.random.default_rng(1)
     for _ in range(3):  # fresh data each replay: the static input buffer must be refreshed
         x = rng.standard_normal((2, 3, 320, 480)).astype(np.float32)
@@ -174,13 +191,11 @@ def test_gpu_cuda_graph_replay_matches_eager():
 
 @pytest.mark.gpu
 @cuda
-def test_gpu_read_many_uses_gpu_pipeline(pages):
+def test_gpu_read_many_uses_gpu_scheduler(pages):
     eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True,
               det_limit_side=736)
     out = list(eng.read_many(pages + [b"junk"]))
-    from ocrforge.scheduling.gpu_pipeline import _PIPELINES
-
-    assert any(p.engine is eng for p in _PIPELINES.values())
+    assert list(eng._gpu) == [736]
     assert out[2].error
     assert [len(p.lines) for p in out[:2]] == [4, 4]
     assert out[0].lines[0].text.startswith("Invoice")
