@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ocrforge.models.registry import DEFAULT_MODEL_SET, get_model_set
 from ocrforge.paths import cache_dir  # noqa: F401  (re-exported: one cache folder)
@@ -121,9 +121,12 @@ class PipelineConfig(_Section):
 class GpuConfig(_Section):
     # detection page buckets as (H, W) fractions of det.limit_side; pages are padded into the
     # smallest bucket that holds them, so the set of shapes is fixed and warmed once
+    # (A4 / letter portrait and landscape, receipts, screenshots, small photos: each pads
+    # common page shapes by <= ~15 %; 17 buckets x 2 batch shapes are captured at start)
     page_buckets: list[tuple[float, float]] = Field(default_factory=lambda: [
-        (1, 1), (1, 0.75), (0.75, 1), (1, 0.5), (0.5, 1), (0.75, 0.75), (0.5, 0.5),
-        (0.5, 0.375), (0.375, 0.5), (0.25, 0.25)])
+        (1, 1), (1, 0.875), (1, 0.75), (1, 0.625), (1, 0.5), (1, 0.375), (0.75, 1),
+        (0.5625, 1), (0.5, 1), (0.75, 0.75), (0.75, 0.5), (0.5, 0.75), (0.625, 0.625),
+        (0.5, 0.5), (0.375, 0.5), (0.5, 0.375), (0.25, 0.25)])
     # recognition width buckets (height 48); None: multiples of rec.width_step (as on the CPU)
     rec_widths: list[int] | None = Field(default_factory=lambda: [
         320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2560, 3200])
@@ -159,6 +162,32 @@ class EngineConfig(_Section):
     gpu: GpuConfig = Field(default_factory=GpuConfig)
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EngineConfig:
+        """Knobs that cannot apply to the chosen runtime are errors, not silently ignored."""
+        rt = self.runtime
+        if rt.backend == "onnxruntime":
+            if rt.on_gpu:
+                raise ValueError("runtime.device cuda needs runtime.backend torch; ONNX Runtime "
+                                 "picks its device from runtime.providers (e.g. cuda,cpu)")
+            for knob in ("compile", "cuda_graphs"):
+                if getattr(rt, knob):
+                    raise ValueError(f"runtime.{knob} applies to runtime.backend torch only")
+            if rt.torch_precision != "fp32":
+                raise ValueError("runtime.torch_precision applies to runtime.backend torch only; "
+                                 "ONNX Runtime uses det/rec/cls.precision")
+        else:
+            for sec in ("det", "rec", "cls"):
+                if getattr(self, sec).precision != "fp32":
+                    raise ValueError(f"{sec}.precision {getattr(self, sec).precision!r} is an ONNX "
+                                     "Runtime artifact; with runtime.backend torch use "
+                                     "runtime.torch_precision (fp16/bf16)")
+            if rt.providers != ["cpu"]:
+                raise ValueError("runtime.providers applies to runtime.backend onnxruntime only")
+            if rt.cuda_graphs and not rt.on_gpu:
+                raise ValueError("runtime.cuda_graphs needs runtime.device cuda")
+        return self
 
     # ------------------------------------------------------------------ derived values
     def resolved_det(self) -> dict[str, float | int]:
@@ -318,7 +347,8 @@ def _explain(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
-        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg} (got {err.get('input')!r})" if loc else msg)
     return "invalid config: " + "; ".join(parts)
 
 

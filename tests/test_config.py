@@ -1,0 +1,85 @@
+"""EngineConfig: one typed, nested config; every way in parses through it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ocrforge.config import (
+    DET_LIMIT_BUCKETS,
+    ConfigError,
+    EngineConfig,
+    ReadOptions,
+    bucket_det_limit,
+    load_profile,
+    save_profile,
+)
+
+
+def test_flat_dotted_and_section_keys_agree():
+    a = EngineConfig.from_flat(det_limit_side=960, use_cls=True, rec_batch_size=8)
+    b = EngineConfig().with_(**{"det.limit_side": 960, "cls.enabled": True, "rec.batch_size": 8})
+    c = EngineConfig().with_(det={"limit_side": 960}, cls={"enabled": True}, rec={"batch_size": 8})
+    assert a == b == c
+    assert a.det.limit_side == 960 and a.cls.enabled and a.rec_batch() == 8
+
+
+@pytest.mark.parametrize("changes, names", [
+    ({"det_limit_sid": 960}, "det_limit_sid"),
+    ({"det.limit_sid": 960}, "det.limit_sid"),
+    ({"detx.limit_side": 960}, "detx"),
+    ({"det_limit_side": "big"}, "det.limit_side"),
+    ({"det_limit_side": 8}, "det.limit_side"),
+    ({"drop_score": 1.5}, "rec.drop_score"),
+    ({"device": "gpu"}, "runtime.device"),
+])
+def test_unknown_key_or_bad_value_names_the_key(changes, names):
+    with pytest.raises(ConfigError) as e:
+        EngineConfig().with_(**changes)
+    assert names in str(e.value)
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"device": "cuda"}, "runtime.backend torch"),
+    ({"cuda_graphs": True}, "torch only"),
+    ({"runtime": "torch", "rec_precision": "int8"}, "runtime.torch_precision"),
+    ({"runtime": "torch", "cuda_graphs": True}, "device cuda"),
+])
+def test_knobs_that_cannot_apply_are_rejected(changes, says):
+    with pytest.raises(ConfigError) as e:
+        EngineConfig().with_(**changes)
+    assert says in str(e.value)
+
+
+def test_environment_variables_parse_through_the_config():
+    env = {"OCRFORGE_DET__LIMIT_SIDE": "960", "OCRFORGE_RUNTIME__PROVIDERS": '["cpu"]',
+           "OCRFORGE_CLS__ENABLED": "true", "OCRFORGE_MODEL_DIR": "/models", "OCRFORGE_API_KEY": "x"}
+    cfg = EngineConfig.from_env(env)
+    assert cfg.det.limit_side == 960 and cfg.cls.enabled and cfg.models.dir == "/models"
+    with pytest.raises(ConfigError, match="det.limit_sid"):
+        EngineConfig.from_env({"OCRFORGE_DET__LIMIT_SID": "960"})
+
+
+def test_profiles_round_trip_and_accept_first_version_flat_files(tmp_path):
+    cfg = EngineConfig.from_flat(det_limit_side=1280, rec_min_width=96)
+    p = save_profile(cfg, tmp_path / "p.json", {"notes": "x"})
+    assert load_profile(p) == cfg
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"config": {"det_limit_side": 1280, "rec_min_width": 96}}))
+    assert load_profile(old) == cfg
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"config": {"det_limit": 1}}))
+    with pytest.raises(ConfigError, match="bad.json.*det_limit"):
+        load_profile(bad)
+
+
+def test_read_options_bucket_the_detection_limit():
+    assert bucket_det_limit(700) == 800 and bucket_det_limit(2048) == 2048
+    assert bucket_det_limit(10_000) == DET_LIMIT_BUCKETS[-1]
+    limits = {ReadOptions(det_limit_side=v).det_limit_bucket() for v in range(32, 4097, 37)}
+    assert limits <= set(DET_LIMIT_BUCKETS)
+    with pytest.raises(ValueError):
+        ReadOptions(det_limit_side=5, drop_score=0.5)
+    with pytest.raises(ValueError):
+        ReadOptions(unknown=1)
