@@ -353,6 +353,8 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
         cpu = time.process_time() - cpu0
         st = gp.stats
         sc = score_pages(recs, pages)["overall"]
+        k = min(ARGS.ort_pages, len(recs))
+        row["synth_cer_first_n"] = {"n": k, "cer": score_pages(recs[:k], pages[:k])["overall"].get("cer")}
         row.update({
             "pages": len(pages), "errors": sum(bool(p.error) for p in pages),
             "lines_out": sum(len(p.lines) for p in pages), "seconds": el, "pages_per_s": len(pages) / el,

@@ -143,7 +143,8 @@ def test_cuda_scheduler_matches_onnxruntime_many_pages_twice(ort_engine, generat
     ref = list(ort_engine.read_many(jpegs))
     ref_counts, ref_cer = _summary(ref, generated)
     eng = OCR(ort_engine.config.with_(runtime="torch", device="cuda", torch_precision=precision,
-                                      cuda_graphs=True, det_batch_size=4))
+                                      cuda_graphs=True, det_batch_size=4,
+                                      **{"gpu.warmup": False}))
     sched = eng.gpu_scheduler()
     assert sched.gpu_decode == (importlib_has("torchvision"))
     for run in range(2):

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ocrforge.config import EngineConfig, ReadOptions, bucket_det_limit, load_profile
+from ocrforge.config import EngineConfig, ReadOptions, load_profile
 from ocrforge.core import PageRunner
 from ocrforge.io.inputs import InputError, PageImage, decode_pages, describe
 from ocrforge.models.artifacts import artifact_path
@@ -147,7 +147,8 @@ class OCR:
     def gpu_scheduler(self, det_limit: int | None = None) -> Any:
         """The GPU scheduler for one detection-limit bucket (created once, kept; at most
         len(DET_LIMIT_BUCKETS) of them)."""
-        limit = bucket_det_limit(det_limit) if det_limit else self.config.det.limit_side
+        # callers pass limits already bucketed by ReadOptions (or the engine's own limit)
+        limit = det_limit or self.config.det.limit_side
         with self._gpu_lock:
             sch = self._gpu.get(limit)
             if sch is None:

@@ -134,11 +134,17 @@ class GpuScheduler:
         self.thresh = float(runner.det_decode.thresh)
         self.stats = SchedulerStats()
         self._warm = False
+        self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         self._lock = threading.Lock()  # one run at a time per scheduler
         if g.warmup and self.cuda:
             self.warmup()
 
     # ------------------------------------------------------------------ buckets
+    def det_batch_for(self, bucket: tuple[int, int]) -> int:
+        """Pages per detection call in this bucket: det batch size at up to 1024 x 1024 pixels,
+        fewer for bigger buckets (same pixels per call: bounded memory and capture time)."""
+        return max(1, min(self.det_batch, (self.det_batch * 1024 * 1024) // (bucket[0] * bucket[1])))
+
     def page_bucket(self, rh: int, rw: int) -> tuple[int, int]:
         for b in self.page_buckets:
             if rh <= b[0] and rw <= b[1]:
@@ -157,10 +163,10 @@ class GpuScheduler:
         t0 = time.perf_counter()
         with torch.inference_mode():
             for hb, wb in self.page_buckets:
-                for n in sorted({1, self.det_batch}):
+                for n in sorted({1, self.det_batch_for((hb, wb))}):
                     self.det.forward(torch.zeros((n, 3, hb, wb), device=self.dev))
             for wb in self.rec_shapes():
-                for n in sorted({self._rec_small(), self.rec_batch}):
+                for n in sorted({self._rec_small(), self.rec_batch_for(wb)}):
                     self.rec.forward(torch.zeros((n, 3, self.runner.rec_prep.height, wb),
                                                  device=self.dev))
         if self.cuda:
@@ -171,6 +177,11 @@ class GpuScheduler:
 
     def _rec_small(self) -> int:
         return max(1, self.rec_batch // 8)
+
+    def rec_batch_for(self, width: int) -> int:
+        """Lines per recognition call at this width bucket: the rec batch size up to 1280 px
+        wide, fewer for wider buckets (same pixels per call: bounded memory and capture time)."""
+        return max(self._rec_small(), min(self.rec_batch, self.rec_batch * 1280 // max(width, 1)))
 
     # ------------------------------------------------------------------ device pieces
     def _upload(self, p: _Page) -> None:
@@ -185,8 +196,18 @@ class GpuScheduler:
         import torchvision.io as tvio
 
         datas = [torch.frombuffer(bytearray(p.jpeg or b""), dtype=torch.uint8) for p in pages]
+        # torchvision allocates the outputs on the caller's current stream but writes them on
+        # its own stream without waiting for that stream's pending kernels: called on the main
+        # stream, a decoded page can land in memory that queued kernels still use (the race
+        # that garbled pages). A stream of our own holds only these outputs; the main stream
+        # waits for it, and record_stream keeps the memory until main is done with it.
+        main = torch.cuda.current_stream(self.dev)
         try:
-            outs = tvio.decode_jpeg(datas, mode=tvio.ImageReadMode.RGB, device=self.dev)
+            with torch.cuda.stream(self._decode_stream):
+                outs = tvio.decode_jpeg(datas, mode=tvio.ImageReadMode.RGB, device=self.dev)
+            main.wait_stream(self._decode_stream)
+            for t in outs:
+                t.record_stream(main)
         except Exception:
             outs = [None] * len(pages)
         for p, t in zip(pages, outs, strict=True):
@@ -207,7 +228,8 @@ class GpuScheduler:
             p.error = f"cannot read ({type(e).__name__}: {e})"
 
     def _run_det(self, pages: list[_Page], hb: int, wb: int) -> tuple:
-        n = self.det_batch if len(pages) > 1 or self.det_batch == 1 else 1
+        nb = self.det_batch_for((hb, wb))
+        n = nb if len(pages) > 1 else 1
         n = max(n, len(pages))
         x = torch.zeros((n, 3, hb, wb), device=self.dev, dtype=torch.float32)
         dp = self.runner.det_prep
@@ -230,7 +252,7 @@ class GpuScheduler:
     def _rec_chunk(self, chunk: list, wb: int) -> tuple:
         n = len(chunk)
         small = self._rec_small()
-        npad = small if n <= small else self.rec_batch
+        npad = small if n <= small else self.rec_batch_for(wb)
         x = torch.zeros((npad, 3, self.runner.rec_prep.height, wb), device=self.dev,
                         dtype=self.rec.dtype)
         i = 0
@@ -453,9 +475,10 @@ class GpuScheduler:
 
         def launch_rec(wb: int, force: bool) -> None:
             lst = rec_q.get(wb, [])
-            while len(lst) >= self.rec_batch or (force and lst):
+            nb = self.rec_batch_for(wb)
+            while len(lst) >= nb or (force and lst):
                 t0 = time.perf_counter()
-                chunk, lst = lst[: self.rec_batch], lst[self.rec_batch :]
+                chunk, lst = lst[:nb], lst[nb:]
                 res = self._with_oom_retry("rec", self._rec_chunk, chunk, wb)
                 rec_out.extend(res)
                 self.stats.rec_batches += len(res)
@@ -515,8 +538,9 @@ class GpuScheduler:
             # 2. detection on full buckets (all buckets once the input is exhausted or idle)
             for b in list(waiting):
                 g = waiting[b]
-                while len(g) >= self.det_batch or (g and (inputs_done or len(post) == 0)):
-                    chunk, g = g[: self.det_batch], g[self.det_batch :]
+                nb = self.det_batch_for(b)
+                while len(g) >= nb or (g and (inputs_done or len(post) == 0)):
+                    chunk, g = g[:nb], g[nb:]
                     n_waiting -= len(chunk)
                     launch_det(b, chunk)
                     progress = True
