@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     # fail fast on a wrong model set or folder; the engines themselves load after startup
-    resolve_models(settings.engine.model_set, settings.engine.model_dir)
+    resolve_models(settings.engine.models.name, settings.engine.models.dir)
     app = create_app(settings)
     auth = "API key required" if settings.api_key else "no API key"
     print(f"ocrforge: serving on http://{args.host}:{args.port} ({auth}); demo page at /, "

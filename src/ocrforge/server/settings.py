@@ -50,7 +50,7 @@ class ServerSettings:
 
     @property
     def engine_devices(self) -> list[str]:
-        return list(self.devices) if self.devices else [self.engine.device] * self.workers
+        return list(self.devices) if self.devices else [self.engine.runtime.device] * self.workers
 
     @property
     def batching(self) -> bool:
