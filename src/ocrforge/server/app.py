@@ -49,7 +49,7 @@ from ocrforge.server.admission import (
 )
 from ocrforge.server.apidocs import add_offline_docs
 from ocrforge.server.batcher import Batcher, run_engine
-from ocrforge.server.decoding import PageStream, probe
+from ocrforge.server.decoding import PageStream, is_pdf, probe
 from ocrforge.server.errors import ApiError
 from ocrforge.server.formats import envelope, joined_text, markdown
 from ocrforge.server.metrics import Metrics
@@ -568,8 +568,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         engine = batcher.engines[0]
         lim = engine.config.limits
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(state.decode_pool, functools.partial(
-            probe, data, dpi=lim.pdf_dpi, max_pages=lim.max_pdf_pages))
+        look = functools.partial(probe, data, dpi=lim.pdf_dpi, max_pages=lim.max_pdf_pages)
+        # image headers are read in microseconds; a PDF's page table may take longer
+        found = await loop.run_in_executor(state.decode_pool, look) if is_pdf(data) else look()
         det = engine.config.det
         units = [page_units(w, h, key[0], det.min_side, det.max_upscale) if w and h
                  else PAGE_OVERHEAD + 1.0 for w, h in found.sizes[:lim.max_pdf_pages]]

@@ -33,6 +33,10 @@ class Probe:
     sizes: list[tuple[int, int]]  # (width, height) of each page; (0, 0) where unknown
 
 
+def is_pdf(data: bytes) -> bool:
+    return sniff(data) == "pdf" if data else False
+
+
 def probe(data: bytes, *, dpi: int, max_pages: int) -> Probe:
     """Kind, pages and page sizes without decoding pixels. Never raises: when the headers
     cannot be read, one page of unknown size is assumed and the decode step will name the

@@ -1,0 +1,182 @@
+"""Admission by work (issue 14 items 6-7, issue 9 item 6): the accounting itself, then real
+`ocrforge serve` processes under concurrent multi-page PDFs and a 200-request burst."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+from serverkit import FONT, ServerProcess, text_image
+
+from ocrforge.server.admission import Admission, Overloaded, page_units
+
+
+# ------------------------------------------------------------------ accounting (no server)
+def test_admission_refuses_work_that_cannot_finish_in_time_and_computes_retry_after():
+    adm = Admission(max_pages=1000, engines=1, safety=1.0, unit_s=1.0)  # 1 s per unit
+    first = adm.admit([2.0], time_left_s=10)  # empty server: always admitted
+    adm.admit([3.0], time_left_s=10)  # 2 + 3 <= 10
+    with pytest.raises(Overloaded) as ei:
+        adm.admit([6.0], time_left_s=10)  # 5 queued + 6 own > 10
+    assert ei.value.retry_after == 1  # one unit must drain: 1 s
+    with pytest.raises(Overloaded) as ei:
+        adm.admit([9.0], time_left_s=10)
+    assert ei.value.retry_after == 4  # 4 of the 5 queued units must drain first
+    first.release()
+    adm.admit([6.0], time_left_s=10)  # 3 + 6 <= 10 now
+    assert adm.pending_pages == 2 and adm.pending_units == pytest.approx(9.0)
+
+
+def test_retry_after_grows_with_the_queue_and_engines_drain_faster():
+    waits = []
+    for queued in (10, 20, 80):
+        adm = Admission(max_pages=1000, engines=1, safety=0.8, unit_s=0.5)
+        adm.admit([1.0] * queued, time_left_s=1e9)
+        with pytest.raises(Overloaded) as ei:
+            adm.admit([1.0], time_left_s=4)
+        waits.append(ei.value.retry_after)
+    assert waits[0] < waits[1] < waits[2], waits
+    two = Admission(max_pages=1000, engines=2, safety=0.8, unit_s=0.5)
+    two.admit([1.0] * 80, time_left_s=1e9)
+    with pytest.raises(Overloaded) as ei:
+        two.admit([1.0], time_left_s=4)
+    assert ei.value.retry_after < waits[2]
+
+
+def test_page_limit_and_measured_speed():
+    adm = Admission(max_pages=10, engines=1, safety=1.0, unit_s=0.01)
+    r = adm.admit([0.2] * 8, time_left_s=60)
+    with pytest.raises(Overloaded, match="limit of 10"):
+        adm.admit([0.2] * 3, time_left_s=60)
+    for i in range(3):
+        r.page_done(i)
+    r.page_done(0)  # given back once only
+    assert adm.pending_pages == 5
+    adm.admit([0.2] * 3, time_left_s=60)
+    for _ in range(30):  # the engine turns out 100x slower than assumed
+        adm.observe(units=1.0, seconds=1.0)
+    assert adm.unit_s == pytest.approx(1.0, rel=0.01)
+    with pytest.raises(Overloaded):
+        adm.admit([0.2], time_left_s=1)
+
+
+def test_page_units_follow_the_detection_resize():
+    small = page_units(240, 104, 2048, 736, 1.6)
+    a4 = page_units(1700, 2200, 2048, 736, 1.6)
+    a4_640 = page_units(1700, 2200, 640, 736, 1.6)
+    assert small < a4_640 < a4
+    assert a4 == pytest.approx(0.15 + 1582 * 2048 / 1e6, rel=0.02)
+
+
+# ------------------------------------------------------------------ real servers
+def vm_peak_mb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def big_page_pdf(n_pages: int, tag: str) -> bytes:
+    """Letter-size pages (1700x2200 px at 200 dpi: 11 MB each decoded) with one text line each;
+    a few KB per page as a file."""
+    font = ImageFont.truetype(FONT, 28)
+    imgs = []
+    for i in range(n_pages):
+        img = Image.new("L", (850, 1100), 255)
+        ImageDraw.Draw(img).text((60, 80), f"{tag} page {i + 1}", fill=0, font=font)
+        imgs.append(img)
+    buf = io.BytesIO()
+    imgs[0].save(buf, "PDF", save_all=True, append_images=imgs[1:], resolution=100)
+    return buf.getvalue()
+
+
+def _post_all(url: str, uploads: list[tuple[str, bytes]], timeout: float = 120
+              ) -> list[httpx.Response]:
+    """Every upload at once (one connection each), as fast as the client can send them."""
+    async def run() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=len(uploads), max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as c:
+            return await asyncio.gather(*(c.post(url + "/v1/ocr", files={"file": u})
+                                          for u in uploads))
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def pdf_server(tmp_path_factory):
+    srv = ServerProcess("--det-limit", "640", "--max-pdf-pages", "50", api_key=None,
+                        log_dir=tmp_path_factory.mktemp("pdfsrv"))
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_concurrent_multipage_pdfs_keep_memory_bounded(pdf_server):
+    """Issue 14 item 6: six concurrent multi-page PDFs used to be decoded whole (1.3 GB of pages
+    here) before any page was read; now pages are decoded as page slots free up."""
+    n_pages = 12
+    pdfs = [(f"doc{k}.pdf", big_page_pdf(n_pages, f"doc{k}")) for k in range(6)]
+    pid = pdf_server.proc.pid
+    base = vm_peak_mb(pid)
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(vm_peak_mb(pid))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        rs = _post_all(pdf_server.url, pdfs)
+    finally:
+        stop.set()
+        t.join()
+    growth = max(samples + [vm_peak_mb(pid)]) - base
+    codes = [r.status_code for r in rs]
+    assert set(codes) <= {200, 429}, [r.text[:200] for r in rs if r.status_code not in (200, 429)]
+    assert codes.count(200) >= 1, codes
+    for (name, _), r in zip(pdfs, rs, strict=True):
+        if r.status_code == 429:
+            assert int(r.headers["retry-after"]) >= 1
+            continue
+        body = r.json()
+        assert len(body["pages"]) == n_pages
+        assert f"{name[:-4]} page 7" in body["pages"][6]["text"].replace("  ", " ")
+        assert 0 < body["timings_ms"]["first_page"] < body["timings_ms"]["total"]
+    # 6 x 12 pages x 11 MB = 800 MB if decoded at once; page slots hold 16 pages (180 MB)
+    assert growth < 400, f"peak RSS grew by {growth:.0f} MB (codes {codes})"
+
+
+def test_burst_of_200_requests_admits_only_what_finishes_in_time(tmp_path):
+    """Issue 14 item 7: with default settings (a short timeout to keep the test quick) a burst
+    of 200 requests gets 200 or 429 with a computed Retry-After; no admitted request times out."""
+    srv = ServerProcess("--timeout", "6", api_key=None, log_dir=tmp_path)
+    try:
+        srv.wait_ready()
+        png = text_image(["Burst 42"], width=320)
+        rs = _post_all(srv.url, [(f"b{i}.png", png) for i in range(200)])
+        metrics = httpx.get(srv.url + "/metrics").text
+    finally:
+        srv.stop()
+    codes = [r.status_code for r in rs]
+    assert codes.count(504) == 0, codes
+    assert set(codes) <= {200, 429}, sorted(set(codes))
+    assert codes.count(200) >= 1, codes
+    waits = [int(r.headers["retry-after"]) for r in rs if r.status_code == 429]
+    assert all(w >= 1 for w in waits)
+    for r in rs:
+        if r.status_code == 200:
+            assert "".join(r.json()["text"].split()).upper() == "BURST42"
+        elif r.status_code == 429:
+            assert r.json()["error"]["kind"] == "overloaded"
+    assert "ocrforge_work_unit_seconds" in metrics
