@@ -180,3 +180,69 @@ def test_burst_of_200_requests_admits_only_what_finishes_in_time(tmp_path):
         elif r.status_code == 429:
             assert r.json()["error"]["kind"] == "overloaded"
     assert "ocrforge_work_unit_seconds" in metrics
+
+
+def test_work_over_the_timeout_alone_is_refused_at_once():
+    from ocrforge.server.admission import TooMuchWork
+
+    adm = Admission(max_pages=1000, engines=1, safety=0.8, unit_s=1.0)
+    with pytest.raises(TooMuchWork, match="50 page"):
+        adm.admit([2.0] * 50, time_left_s=60)  # 100 s of work, 60 s of timeout
+    adm.admit([1.0] * 50, time_left_s=60)  # 50 s: over the margin, but the server is empty
+
+
+# ------------------------------------------------------------------ batcher with a real engine
+def _page(tag: str):
+    import cv2
+    import numpy as np
+
+    from ocrforge.io.inputs import PageImage
+
+    img = cv2.imdecode(np.frombuffer(text_image([tag], width=320), np.uint8), cv2.IMREAD_COLOR)
+    return PageImage(tag, 0, img)
+
+
+def test_batcher_streams_pages_through_bounded_slots_and_cancels_cleanly(engine):
+    from ocrforge.server.batcher import Batcher
+
+    adm = Admission(max_pages=100, engines=1, safety=1.0, unit_s=1e-6)  # admits anything
+    b = Batcher([engine], max_batch_pages=2, max_wait_ms=5, admission=adm, max_decoded_pages=3)
+    b.start()
+    key = b.default_key()
+    peak = [0]
+
+    async def stream(n: int, tag: str, deadline: float | None = None) -> list:
+        job = b.open(key, b.admit([0.3] * n, time_left_s=60))
+        try:
+            async with asyncio.timeout(deadline):
+                for i in range(n):
+                    await b.acquire_slot()
+                    peak[0] = max(peak[0], b.decoded_pages)
+                    b.put(job, _page(f"{tag} {i}"))
+                b.finish(job)
+                return await job.future
+        except TimeoutError:
+            b.cancel(job)
+            raise
+        finally:
+            job.reservation.release()
+
+    async def main() -> None:
+        pages = await stream(7, "Page")
+        assert ["".join(p.text.split()) for p in pages] == [f"Page{i}" for i in range(7)]
+        with pytest.raises(TimeoutError):  # a deadline passes with pages still queued
+            await stream(7, "Late", deadline=0.05)
+        for _ in range(200):  # the batch already running finishes; the rest was dropped
+            if b.decoded_pages == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert b.queued_pages == 0 and b.decoded_pages == 0
+        assert adm.pending_pages == 0 and adm.pending_units == 0
+        again = await stream(2, "Again")  # slots were all given back
+        assert [p.text for p in again] == ["Again 0", "Again 1"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        b.stop(30)
+    assert peak[0] <= 3

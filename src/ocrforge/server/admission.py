@@ -39,6 +39,16 @@ class Overloaded(Exception):
         self.retry_after = retry_after
 
 
+class TooMuchWork(Exception):
+    """The request alone is estimated to take longer than its timeout: waiting cannot help."""
+
+    def __init__(self, estimate_s: float, time_left_s: float, pages: int):
+        super().__init__(f"{pages} page(s) are estimated at {estimate_s:.0f} s of engine time at "
+                         f"the measured speed, over the {time_left_s:.0f} s left of the request "
+                         "timeout; send fewer pages (or smaller ones), or use a longer timeout")
+        self.estimate_s = estimate_s
+
+
 class Stopped(Exception):
     """The server is shutting down and takes no new work."""
 
@@ -98,14 +108,17 @@ class Admission:
 
     # ------------------------------------------------------------------ admit / release
     def admit(self, units: list[float], time_left_s: float) -> Reservation:
-        """Reserve room for one request's pages, or raise Overloaded / Stopped.
+        """Reserve room for one request's pages, or raise Overloaded (wait and retry),
+        TooMuchWork (it would not finish in time even alone) or Stopped.
 
-        A request is always admitted into an empty server (it may still be too large for its
-        timeout alone, but no waiting would change that)."""
+        A request that fits its timeout is always admitted into an empty server, even when it
+        is over the page limit or the safety margin."""
         own = sum(units)
         with self._lock:
             if self.stopping:
                 raise Stopped("server is shutting down")
+            if own * self.unit_s > time_left_s:
+                raise TooMuchWork(own * self.unit_s, time_left_s, len(units))
             if self.pending_pages > 0:
                 over_pages = self.pending_pages + len(units) > self.max_pages
                 over_time = self.estimate_s(own) > time_left_s * self.safety

@@ -45,6 +45,7 @@ from ocrforge.server.admission import (
     ByteBudget,
     Overloaded,
     Stopped,
+    TooMuchWork,
     page_units,
 )
 from ocrforge.server.apidocs import add_offline_docs
@@ -96,7 +97,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     408: {"description": "The upload was not received within the request timeout"},
     413: {"description": "Upload larger than the server's limit"},
     415: {"description": "Not an image or PDF (content sniffed)"},
-    422: {"description": "Too many pixels (decompression bomb), too many PDF pages, image too small"},
+    422: {"description": "Too many pixels (decompression bomb), too many PDF pages, image too "
+          "small, or more work than the request timeout allows even on an idle server"},
     429: {"description": "Too much work queued to finish this request within its timeout, "
           "or too many pages or upload bytes in flight; retry after the Retry-After header's "
           "seconds (estimated from the queue)"},
@@ -579,6 +581,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         except Overloaded as e:
             raise ApiError(429, "overloaded", f"{e}; retry after {e.retry_after} s",
                            {"Retry-After": str(e.retry_after)}) from None
+        except TooMuchWork as e:
+            raise ApiError(422, "too_much_work", f"{source}: {e}") from None
         except Stopped as e:
             raise ApiError(503, "shutting_down", str(e)) from None
         state.admitted_requests += 1
