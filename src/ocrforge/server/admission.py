@@ -1,9 +1,10 @@
 """Admission by work, not by request: a request is let in only if its pages fit the page budget
 and the queue ahead of it plus its own pages can be finished before its deadline.
 
-Work is counted in *units*: ``PAGE_OVERHEAD`` per page plus the megapixels detection will see
-(after the engine's resize to the request's det_limit). A measured exponential moving average
-of engine seconds per unit (``unit_s``) turns queued work into time:
+Work is counted in *units*, a cost model of one page: a fixed share per page, the megapixels
+detection will see (after the engine's resize to the request's det_limit), and a share for the
+text recognition will find, guessed from the page's own size (capped). A measured exponential
+moving average of engine seconds per unit (``unit_s``) turns queued work into time:
 
     pending_units * unit_s / engines + own_units * unit_s <= time_left * safety
 
@@ -18,9 +19,17 @@ from dataclasses import dataclass, field
 
 from ocrforge.stages.detect import resize_shape
 
-# fixed cost of one page in units (1 unit = one megapixel at detection): measured on the 2-core
-# VM, a 240x104 image costs about as much as 0.15 Mpx of detection input on top of its pixels
-PAGE_OVERHEAD = 0.15
+# The constants were fitted on the 2-core VM with benchmarks/serve_cost_model.py (a 480x160
+# warm-up page, a one-line 320x104 image, a three-line 900x232 image and a twelve-line 1700x2200
+# letter page, each at det_limit 640, 960 and 2048): engine seconds per unit then spread 2.2x
+# (max/min) over the 12 cases on the loaded machine, where the same work repeated spread 1.7x;
+# counting detection pixels alone spread 4.7x (recognising a page's lines does not shrink with
+# det_limit).
+PAGE_OVERHEAD = 0.05  # units per page
+# recognition: the number of text lines grows about with the page's linear size (a one-line
+# crop and a letter page both hold ~6 lines per sqrt(megapixel)), not with its area
+TEXT_PER_SQRT_MPX = 0.7  # units per sqrt(megapixels of the page itself) ...
+TEXT_MPX_CAP = 4.0  # ... counted up to this many megapixels (a phone photo holds no more text)
 EMA_WEIGHT = 0.2  # weight of the newest batch in unit_s
 
 
@@ -28,7 +37,8 @@ def page_units(width: int, height: int, det_limit: int, min_side: int = 0,
                max_upscale: float = 1.0) -> float:
     """Work units of one page of width x height read at ``det_limit``."""
     h, w = resize_shape(max(1, height), max(1, width), det_limit, "max", min_side, max_upscale)
-    return PAGE_OVERHEAD + h * w / 1e6
+    text = TEXT_PER_SQRT_MPX * math.sqrt(min(width * height / 1e6, TEXT_MPX_CAP))
+    return PAGE_OVERHEAD + h * w / 1e6 + text
 
 
 class Overloaded(Exception):
