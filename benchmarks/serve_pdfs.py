@@ -94,8 +94,13 @@ async def send_all(url: str, pdfs: list[bytes], png: bytes, small_delay: float,
                 tm = r.json()["timings_ms"]
                 out["pages"] = len(r.json()["pages"])
                 out["first_page_s"] = round(tm["first_page"] / 1000, 2) if "first_page" in tm else None
-            elif r.headers.get("retry-after"):
-                out["retry_after"] = r.headers["retry-after"]
+            else:
+                if r.headers.get("retry-after"):
+                    out["retry_after"] = r.headers["retry-after"]
+                try:
+                    out["error"] = r.json()["error"]["message"]
+                except ValueError:
+                    out["error"] = r.text[:200]
             return out
 
         tasks = [one(f"doc{k}.pdf", d) for k, d in enumerate(pdfs)]

@@ -246,3 +246,38 @@ def test_batcher_streams_pages_through_bounded_slots_and_cancels_cleanly(engine)
     finally:
         b.stop(30)
     assert peak[0] <= 3
+
+
+def test_batcher_serves_a_one_page_request_before_the_rest_of_a_long_one(engine):
+    """Fair batches: a one-page request queued after a 6-page PDF goes out in the next batch,
+    not after all six pages (first-page latency behind multi-page uploads)."""
+    from ocrforge.server.batcher import Batcher
+
+    adm = Admission(max_pages=100, engines=1, safety=1.0, unit_s=1e-6)
+    b = Batcher([engine], max_batch_pages=2, max_wait_ms=500, max_batch_ms=1e9, admission=adm,
+                max_decoded_pages=16)
+    b.start()
+    key = b.default_key()
+
+    async def main() -> tuple[str, int, int]:
+        long = b.open(key, b.admit([0.3] * 6, time_left_s=60))
+        short = b.open(key, b.admit([0.3], time_left_s=60))
+        for i in range(6):
+            await b.acquire_slot()
+            b.put(long, _page(f"Long {i}"))
+        await b.acquire_slot()
+        b.put(short, _page("Short"))
+        b.finish(long)
+        b.finish(short)
+        done, _ = await asyncio.wait([long.future, short.future],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        first = "short" if short.future in done else "long"
+        await asyncio.gather(long.future, short.future)
+        return first, short.batch_pages, long.batch_pages
+
+    try:
+        first, short_batch, long_batch = asyncio.run(main())
+    finally:
+        b.stop(30)
+    assert first == "short"
+    assert short_batch <= 2 and long_batch <= 2

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pages merged into one engine call (default 8)")
     b.add_argument("--max-wait-ms", type=float, default=10.0,
                    help="how long the oldest queued page may wait for a batch to fill (default 10)")
+    b.add_argument("--max-batch-ms", type=float, default=1000.0,
+                   help="beyond its first page a batch takes pages only while its estimated "
+                   "engine time stays within this (default 1000; big pages go one by one)")
     b.add_argument("--no-batching", action="store_true", help="one page per engine call")
     b.add_argument("--det-batch", type=int, help="pages per detection call inside a batch "
                    "(EngineConfig.det_batch_size; pages are padded to the largest)")
@@ -72,6 +75,7 @@ def settings_from_args(args: argparse.Namespace):
         devices=devices,
         max_batch_pages=1 if args.no_batching else args.max_batch_pages,
         max_wait_ms=0.0 if args.no_batching else args.max_wait_ms,
+        max_batch_ms=args.max_batch_ms,
         queue_size=args.queue_size,
         max_decoded_pages=args.max_decoded_pages,
         max_inflight_upload_bytes=int(args.max_inflight_mb * 1024 * 1024),

@@ -176,7 +176,7 @@ def load_engines(state: ServiceState) -> None:
         admission = Admission(max_pages=s.queue_size, engines=len(engines),
                               safety=s.admission_safety, unit_s=unit_s or 1.0)
         batcher = Batcher(engines, max_batch_pages=s.max_batch_pages, max_wait_ms=s.max_wait_ms,
-                          admission=admission, max_decoded_pages=s.max_decoded_pages or None,
+                          max_batch_ms=s.max_batch_ms, admission=admission, max_decoded_pages=s.max_decoded_pages or None,
                           on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline)
         batcher.start()
         cfg = engines[0].config
@@ -191,6 +191,7 @@ def load_engines(state: ServiceState) -> None:
             "det_limit_side": str(cfg.det.limit_side),
             "max_batch_pages": str(s.max_batch_pages),
             "max_wait_ms": str(s.max_wait_ms),
+            "max_batch_ms": str(s.max_batch_ms),
             "queue_size": str(s.queue_size),
             "max_decoded_pages": str(batcher.max_decoded_pages),
         }
@@ -517,7 +518,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 "max_inflight_upload_bytes": settings.max_inflight_upload_bytes,
             },
             "batching": {"max_batch_pages": settings.max_batch_pages,
-                         "max_wait_ms": settings.max_wait_ms},
+                         "max_wait_ms": settings.max_wait_ms,
+                         "max_batch_ms": settings.max_batch_ms,
+                         "max_decoded_pages": (state.batcher.max_decoded_pages
+                                               if state.batcher else None)},
         })
 
     @app.post("/v1/ocr", tags=["ocr"], summary="OCR an image or a PDF",

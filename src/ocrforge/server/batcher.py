@@ -6,12 +6,17 @@ A request is admitted by work (``admission.py``), then its pages are decoded one
 images in memory stay bounded however many pages are admitted. One worker thread per engine
 takes pages from the queue and runs them through the engine's public API (``run_engine``).
 
-A batch is dispatched when it holds ``max_batch_pages`` pages, when the oldest queued page has
-waited ``max_wait_ms`` (as in Triton's max_queue_delay), or at once when no admitted request
-still has pages to decode (nothing is known to be on its way, so waiting would only add
-latency). A busy server never waits on purpose: pages that queued during the previous batch
-go out as soon as an engine is free. Only pages whose requests asked for the same engine
-options (det_limit bucket, cls) share a batch.
+A batch takes at most ``max_batch_pages`` pages and, beyond its first page, only as many as
+fit ``max_batch_ms`` of estimated engine time (the admission's cost model): small images batch
+together, big pages go one or two at a time, so a batch never holds a request up for long and
+the engine's memory for a batch stays small. Pages are taken fairly: every request's first
+queued page before any request's second, so a one-page request is not queued behind all the
+pages of a PDF. A batch is dispatched when it is full, when the oldest queued page has waited
+``max_wait_ms`` (as in Triton's max_queue_delay), or at once when no admitted request still has
+pages to decode (nothing is known to be on its way, so waiting would only add latency). A busy
+server never waits on purpose: pages that queued during the previous batch go out as soon as
+an engine is free. Only pages whose requests asked for the same engine options (det_limit
+bucket, cls) share a batch.
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ class Batcher:
         *,
         max_batch_pages: int = 8,
         max_wait_ms: float = 10.0,
+        max_batch_ms: float = 1000.0,
         admission: Admission | None = None,
         max_decoded_pages: int | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
@@ -107,6 +113,7 @@ class Batcher:
         self.engines = engines
         self.max_batch_pages = max(1, max_batch_pages)
         self.max_wait_s = max(0.0, max_wait_ms) / 1000.0
+        self.max_batch_s = max(0.0, max_batch_ms) / 1000.0
         self.admission = admission or Admission(max_pages=256, engines=len(engines))
         # decoded pages in memory: one batch running and one ready per engine
         self.max_decoded_pages = max_decoded_pages or max(4, 2 * self.max_batch_pages * len(engines))
@@ -245,15 +252,36 @@ class Batcher:
                 self._cond.wait()
                 continue
             head = self._queue[0]
-            key = head.job.key
-            chosen = [it for it in self._queue if it.job.key == key][: self.max_batch_pages]
+            chosen, full = self._fill(head.job.key)
             wait = head.enqueued + self.max_wait_s - time.perf_counter()
             due = wait <= 0 or self._incoming <= 0 or self._stopping
-            if len(chosen) >= self.max_batch_pages or due:
+            if full or due:
                 ids = {id(it) for it in chosen}
                 self._queue = deque(it for it in self._queue if id(it) not in ids)
                 return chosen
             self._cond.wait(wait)
+
+    def _fill(self, key: EngineKey) -> tuple[list[_Item], bool]:
+        """The next batch for ``key``: each job's k-th queued page after every job's (k-1)-th,
+        up to max_batch_pages pages and max_batch_ms of estimated time. ``full``: pages were
+        left out by those caps (the batch cannot grow by waiting)."""
+        rank: dict[int, int] = {}
+        order = []
+        for n, it in enumerate(self._queue):
+            if it.job.key == key:
+                r = rank.get(id(it.job), 0)
+                rank[id(it.job)] = r + 1
+                order.append((r, n, it))
+        order.sort(key=lambda t: t[:2])
+        chosen: list[_Item] = []
+        est, unit_s = 0.0, self.admission.unit_s
+        for _, _, it in order:
+            cost = _units(it) * unit_s
+            if chosen and (len(chosen) >= self.max_batch_pages or est + cost > self.max_batch_s):
+                return chosen, True
+            chosen.append(it)
+            est += cost
+        return chosen, len(chosen) >= self.max_batch_pages
 
     def _worker(self, index: int, engine: OCR) -> None:
         while True:

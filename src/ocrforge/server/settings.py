@@ -18,6 +18,9 @@ class ServerSettings:
     # dynamic batching: pages of concurrent requests merged into one engine call
     max_batch_pages: int = 8
     max_wait_ms: float = 10.0
+    # beyond its first page a batch takes pages only while its estimated engine time (the
+    # admission cost model at the measured speed) stays within this: big pages go one by one
+    max_batch_ms: float = 1000.0
     # admission (server/admission.py): pages of admitted requests (decoding, queued, running);
     # beyond this -> 429. A request is also refused when the work queued ahead of it, at the
     # measured engine speed, would not let it finish within admission_safety x its timeout.
@@ -46,6 +49,8 @@ class ServerSettings:
             raise ValueError("max_batch_pages must be >= 1")
         if self.max_wait_ms < 0:
             raise ValueError("max_wait_ms must be >= 0")
+        if self.max_batch_ms < 0:
+            raise ValueError("max_batch_ms must be >= 0")
         if self.queue_size < 1:
             raise ValueError("queue_size must be >= 1")
         if not 0 < self.admission_safety <= 1:
