@@ -8,13 +8,16 @@ moving average of engine seconds per unit (``unit_s``) turns queued work into ti
 
     pending_units * unit_s / engines + own_units * unit_s <= time_left * safety
 
-``Retry-After`` is the time until enough of the queue has drained for that to hold.
+for the new request and for every request already admitted (the batcher shares the engines
+between requests, so all of them must be able to wait for all the work). ``Retry-After`` is
+the estimated time until that holds.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ocrforge.stages.detect import resize_shape
@@ -69,6 +72,8 @@ class Reservation:
 
     admission: Admission
     units: list[float]  # per page, in decode order
+    deadline: float  # time.monotonic() by which the request must be answered
+    seq: int = 0  # admission order
     returned: set[int] = field(default_factory=set)
 
     @property
@@ -85,7 +90,13 @@ class Reservation:
 
 
 class Admission:
-    """Thread-safe accounting of admitted work and the measured engine speed."""
+    """Thread-safe accounting of admitted work and the measured engine speed.
+
+    The batcher shares the engines between admitted requests (a request that has had fewer
+    pages read goes first), so no request is promised a place in a line. What holds whatever
+    the order is that every admitted request is answered once all admitted work is done; a
+    request is therefore admitted only if all of it (its own pages included) can be done
+    within the time left to *every* admitted request, with the safety margin."""
 
     def __init__(self, *, max_pages: int, engines: int = 1, safety: float = 0.8,
                  unit_s: float = 1.0):
@@ -99,6 +110,8 @@ class Admission:
         self.pending_pages = 0
         self.pending_units = 0.0
         self.stopping = False
+        self._active: dict[int, Reservation] = {}  # by seq: requests with pages not given back
+        self._seq = 0
 
     # ------------------------------------------------------------------ measurement
     def observe(self, units: float, seconds: float) -> None:
@@ -112,8 +125,9 @@ class Admission:
         """Seconds until the admitted work is done, at the measured speed."""
         return self.pending_units / self.engines * self.unit_s
 
-    def estimate_s(self, units: float) -> float:
-        """Seconds until a request of ``units`` admitted now would be finished."""
+    def _finish_s(self, units: float) -> float:
+        """Seconds until all admitted work plus a request of ``units`` is done (its pages
+        counted as if on one engine: a request's pages may not spread over all of them)."""
         return (self.pending_units / self.engines + units) * self.unit_s
 
     # ------------------------------------------------------------------ admit / release
@@ -124,6 +138,7 @@ class Admission:
         A request that fits its timeout is always admitted into an empty server, even when it
         is over the page limit or the safety margin."""
         own = sum(units)
+        now = time.monotonic()
         with self._lock:
             if self.stopping:
                 raise Stopped("server is shutting down")
@@ -131,36 +146,47 @@ class Admission:
                 raise TooMuchWork(own * self.unit_s, time_left_s, len(units))
             if self.pending_pages > 0:
                 over_pages = self.pending_pages + len(units) > self.max_pages
-                over_time = self.estimate_s(own) > time_left_s * self.safety
+                finish = self._finish_s(own)
+                tightest = min([time_left_s] + [r.deadline - now for r in self._active.values()])
+                over_time = finish > tightest * self.safety
                 if over_pages or over_time:
-                    wait = self._retry_after(len(units), own, time_left_s)
+                    wait = self._retry_after(len(units), own, time_left_s, now)
                     if over_pages:
                         why = (f"{self.pending_pages} pages queued; {len(units)} more would pass "
                                f"the limit of {self.max_pages}")
                     else:
-                        why = (f"the queue ahead ({self.pending_pages} pages, about "
-                               f"{self.pending_units / self.engines * self.unit_s:.0f} s of work) "
-                               f"would not let these {len(units)} page(s) finish within "
-                               f"{time_left_s:.0f} s")
-                    raise Overloaded(wait, why)
+                        why = (f"the work queued ({self.pending_pages} pages, about "
+                               f"{self.drain_s():.0f} s) and these {len(units)} page(s) would "
+                               f"not all finish within {tightest:.0f} s")
+                    raise Overloaded(wait, f"{why}; retry after {wait} s")
             self.pending_pages += len(units)
             self.pending_units += own
-        return Reservation(self, list(units))
+            self._seq += 1
+            r = Reservation(self, list(units), now + time_left_s, self._seq)
+            self._active[r.seq] = r
+        return r
 
     def retry_after(self, pages: int, units: float, time_left_s: float) -> int:
         with self._lock:
-            return self._retry_after(pages, units, time_left_s)
+            return self._retry_after(pages, units, time_left_s, time.monotonic())
 
-    def _retry_after(self, pages: int, units: float, time_left_s: float) -> int:
-        """Seconds until enough queued work drains for this request to be admitted."""
-        rate = self.engines / self.unit_s  # units finished per second
-        allowed = (time_left_s * self.safety / self.unit_s - units) * self.engines
-        excess = self.pending_units - max(0.0, allowed)  # all of it when the request is too big
-        wait = excess / rate
+    def _retry_after(self, pages: int, units: float, time_left_s: float, now: float) -> int:
+        """Estimated seconds until this request would be admitted: enough queued work must
+        drain for it to fit its own timeout, and requests whose deadlines are too close for it
+        to be added must have been answered."""
+        s = self.safety
+        wait = self._finish_s(units) - s * time_left_s  # the queue drains 1 s per second
+        for r in self._active.values():
+            left = r.deadline - now
+            if self._finish_s(units) > s * left:
+                # binds until it is answered (at the latest when the work admitted now is done,
+                # or by its deadline) or until enough work has drained: drain - t <= s*(left - t)
+                relax = (self._finish_s(units) - s * left) / max(1 - s, 1e-9)
+                wait = max(wait, min(left, self.drain_s(), relax))
         extra_pages = self.pending_pages + pages - self.max_pages
         if extra_pages > 0 and self.pending_pages:
             per_page = self.pending_units / self.pending_pages
-            wait = max(wait, extra_pages * per_page / rate)
+            wait = max(wait, extra_pages * per_page * self.unit_s / self.engines)
         return max(1, math.ceil(wait))
 
     def _give_back(self, r: Reservation, indices) -> None:
@@ -170,6 +196,8 @@ class Admission:
                     r.returned.add(i)
                     self.pending_pages -= 1
                     self.pending_units -= r.units[i]
+            if len(r.returned) >= len(r.units):
+                self._active.pop(r.seq, None)
             if self.pending_pages == 0:
                 self.pending_units = 0.0  # no float drift once the queue is empty
 

@@ -583,7 +583,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         try:
             reservation = batcher.admit(units, limit_s - (time.perf_counter() - t0))
         except Overloaded as e:
-            raise ApiError(429, "overloaded", f"{e}; retry after {e.retry_after} s",
+            raise ApiError(429, "overloaded", str(e),
                            {"Retry-After": str(e.retry_after)}) from None
         except TooMuchWork as e:
             raise ApiError(422, "too_much_work", f"{source}: {e}") from None

@@ -9,9 +9,9 @@ takes pages from the queue and runs them through the engine's public API (``run_
 A batch takes at most ``max_batch_pages`` pages and, beyond its first page, only as many as
 fit ``max_batch_ms`` of estimated engine time (the admission's cost model): small images batch
 together, big pages go one or two at a time, so a batch never holds a request up for long and
-the engine's memory for a batch stays small. Pages are taken fairly: every request's first
-queued page before any request's second, so a one-page request is not queued behind all the
-pages of a PDF. A batch is dispatched when it is full, when the oldest queued page has waited
+the engine's memory for a batch stays small. Pages are taken fairly: the request that has had
+the fewest pages read goes first (then the earlier one), so a one-page request is not queued
+behind all the pages of a PDF (admission.py accounts for this order). A batch is dispatched when it is full, when the oldest queued page has waited
 ``max_wait_ms`` (as in Triton's max_queue_delay), or at once when no admitted request still has
 pages to decode (nothing is known to be on its way, so waiting would only add latency). A busy
 server never waits on purpose: pages that queued during the previous batch go out as soon as
@@ -49,9 +49,11 @@ class Job:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     reservation: Reservation | None = None
+    seq: int = 0  # opening order
     opened: float = field(default_factory=time.perf_counter)
     results: list[Page | None] = field(default_factory=list)
     put_count: int = 0
+    dispatched: int = 0  # pages handed to an engine
     done_count: int = 0
     input_done: bool = False
     cancelled: bool = False
@@ -125,6 +127,7 @@ class Batcher:
         self._incoming = 0  # admitted jobs that may still put pages
         self._decoded = 0  # pages holding a slot (decoding, queued or running)
         self._stopping = False
+        self._seq = 0
         self._threads: list[threading.Thread] = []
         self.keys_seen: set[EngineKey] = set()  # option keys run so far (bounded by bucketing)
 
@@ -178,6 +181,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         job = Job(key, loop.create_future(), loop, reservation)
         with self._cond:
+            self._seq += 1
+            job.seq = self._seq
             self._incoming += 1
         return job
 
@@ -252,30 +257,35 @@ class Batcher:
                 self._cond.wait()
                 continue
             head = self._queue[0]
-            chosen, full = self._fill(head.job.key)
+            chosen, full = self._fill()
             wait = head.enqueued + self.max_wait_s - time.perf_counter()
             due = wait <= 0 or self._incoming <= 0 or self._stopping
             if full or due:
                 ids = {id(it) for it in chosen}
                 self._queue = deque(it for it in self._queue if id(it) not in ids)
+                for it in chosen:
+                    it.job.dispatched += 1
                 return chosen
             self._cond.wait(wait)
 
-    def _fill(self, key: EngineKey) -> tuple[list[_Item], bool]:
-        """The next batch for ``key``: each job's k-th queued page after every job's (k-1)-th,
-        up to max_batch_pages pages and max_batch_ms of estimated time. ``full``: pages were
-        left out by those caps (the batch cannot grow by waiting)."""
-        rank: dict[int, int] = {}
+    def _fill(self) -> tuple[list[_Item], bool]:
+        """The next batch: queued pages by (pages of their request already taken, request
+        order), of the options key of the first, up to max_batch_pages pages and max_batch_ms
+        of estimated time. ``full``: pages were left out by those caps (waiting cannot grow
+        the batch)."""
+        taken: dict[int, int] = {}
         order = []
-        for n, it in enumerate(self._queue):
-            if it.job.key == key:
-                r = rank.get(id(it.job), 0)
-                rank[id(it.job)] = r + 1
-                order.append((r, n, it))
-        order.sort(key=lambda t: t[:2])
+        for it in self._queue:
+            k = taken.get(id(it.job), it.job.dispatched)
+            taken[id(it.job)] = k + 1
+            order.append((k, it.job.seq, it.index, it))
+        order.sort(key=lambda t: t[:3])
+        key = order[0][3].job.key
         chosen: list[_Item] = []
         est, unit_s = 0.0, self.admission.unit_s
-        for _, _, it in order:
+        for *_, it in order:
+            if it.job.key != key:
+                continue
             cost = _units(it) * unit_s
             if chosen and (len(chosen) >= self.max_batch_pages or est + cost > self.max_batch_s):
                 return chosen, True
