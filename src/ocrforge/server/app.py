@@ -594,6 +594,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         del data
         job = batcher.open(key, reservation)
         decode_s: list[float] = []
+        answered = False
         try:
             async with asyncio.timeout(max(0.0, limit_s - (time.perf_counter() - t0))):
                 while not job.future.done():  # done early: an engine call failed
@@ -611,18 +612,18 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                             batcher.release_slot()
                 batcher.finish(job)
                 pages = await job.future
+                answered = True
         except TimeoutError:
-            batcher.cancel(job)
             raise ApiError(504, "timeout", f"{source}: not finished within {limit_s:g} s "
                            "(server busy or input large); retry later") from None
         except ApiError:
-            batcher.cancel(job)
             raise
         except Exception as e:
-            batcher.cancel(job)
             raise ApiError(500, "engine_error", f"{source}: the engine failed "
                            f"({type(e).__name__}: {e})") from None
-        finally:
+        finally:  # also when the task is cancelled (client gone, server stopping)
+            if not answered:
+                batcher.cancel(job)  # drops its queued pages and gives their slots back
             state.admitted_requests -= 1
             reservation.release()
             try:

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-KNOWN_PATHS = {"/v1/ocr", "/healthz", "/readyz", "/metrics", "/", "/docs", "/openapi.json"}
+KNOWN_PATHS = {"/v1/ocr", "/v1/info", "/healthz", "/readyz", "/metrics", "/", "/docs", "/redoc",
+               "/openapi.json"}
+PREFIXES = ("/static/", "/docs-assets/")
 
 
 def outcome_of(status: int) -> str:
@@ -114,7 +116,8 @@ class Metrics:
                 self.stage_seconds.labels(stage).inc(s)
 
     def observe_http(self, path: str, status: int, seconds: float) -> None:
-        label = path if path in KNOWN_PATHS else ("/static" if path.startswith("/static/") else "other")
+        label = path if path in KNOWN_PATHS else next(
+            (p[:-1] for p in PREFIXES if path.startswith(p)), "other")
         self.http_requests.labels(label, str(status)).inc()
         if path == "/v1/ocr":
             self.request_latency.labels(outcome_of(status)).observe(seconds)
