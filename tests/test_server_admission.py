@@ -288,3 +288,30 @@ def test_batcher_serves_a_one_page_request_before_the_rest_of_a_long_one(engine)
         b.stop(30)
     assert first == "short"
     assert short_batch <= 2 and long_batch <= 2
+
+
+def test_upload_bytes_held_at_once_are_bounded(ocr_server):
+    """Nothing a client sends grows server memory without bound: with --max-inflight-mb 2 and
+    1 MiB uploads, at most two ~0.9 MB uploads are held; the rest get 429 before being read."""
+    import numpy as np
+
+    noise = np.random.default_rng(0).integers(0, 256, (540, 560, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noise).save(buf, "PNG")
+    data = buf.getvalue()
+    assert 0.8e6 < len(data) < 1024 * 1024
+    headers = ocr_server.headers()
+
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120, headers=headers) as c:
+            return await asyncio.gather(*(c.post(ocr_server.url + "/v1/ocr",
+                                                 files={"file": (f"n{i}.png", data)})
+                                          for i in range(6)))
+
+    rs = asyncio.run(run())
+    codes = [r.status_code for r in rs]
+    assert set(codes) <= {200, 429}, codes
+    held = [r for r in rs if r.status_code == 429 and "uploads in flight" in r.text]
+    assert held, [r.text[:120] for r in rs]
+    assert all(int(r.headers["retry-after"]) >= 1 for r in held)
+    assert codes.count(200) >= 1
