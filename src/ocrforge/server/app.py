@@ -535,7 +535,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         format: Literal["json", "text", "markdown"] | None = Query(
             None, description="json (default), text, or markdown"),
         det_limit: int | None = Query(
-            None, description="detection: long side limit in pixels (default: server's)"),
+            None, description="detection: long side limit in pixels, rounded up to one of "
+            "320, 480, 640, 800, 960, 1280, 1600, 2048, 2560, 3200, 4096 (default: server's)"),
         cls: bool | None = Query(None, description="0/180 orientation classifier on/off"),
         timeout: float | None = Query(
             None, description="seconds; capped by the server's request timeout"),
