@@ -212,7 +212,7 @@ def scenario_overload(url, payloads, args, headers) -> dict:
     info = httpx.get(url + "/v1/info", headers=headers, timeout=10).json()
     limit = info["limits"]["queue_size"]
     c = args.overload_concurrency
-    print(f"overload: {c} clients against a queue of {limit} requests", flush=True)
+    print(f"overload: {c} clients against a queue of {limit} pages", flush=True)
     res = load(url, payloads, c, args.overload_requests, args.overload_seconds, headers,
                honor_retry_after=True)
     res["queue_size"] = limit

@@ -89,10 +89,11 @@ def to_bgr(img: Image.Image) -> np.ndarray:
 
 # ---------------------------------------------------------------- server (issue 6)
 # One real `ocrforge serve` process for tests/test_server*.py; small limits so every
-# limit can be hit cheaply: queue 4 requests, 4-page batches, 1 MiB uploads, 4 Mpx, 3 PDF pages.
+# limit can be hit cheaply: queue 4 pages, 4-page batches, 1 MiB uploads (2 MiB held at once),
+# 4 Mpx, 3 PDF pages.
 SERVER_ARGS = ("--queue-size", "4", "--max-batch-pages", "4", "--max-wait-ms", "50",
                "--max-upload-mb", "1", "--max-pixels", "4000000", "--max-pdf-pages", "3",
-               "--det-limit", "640", "--timeout", "60")
+               "--det-limit", "640", "--timeout", "60", "--max-inflight-mb", "2")
 
 
 @pytest.fixture(scope="session")

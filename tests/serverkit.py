@@ -51,8 +51,11 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                r = httpx.get(self.url + "/readyz", timeout=2)
+                if r.status_code == 200:
                     return
+                if r.json().get("status") == "failed":  # engines failed to load: no point waiting
+                    raise RuntimeError(f"server failed to load: {r.json()['error']}\n{self.log()}")
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)

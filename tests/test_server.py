@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import random
+import re
 import signal
 import threading
 import time
@@ -15,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from serverkit import API_KEY, ServerProcess, bomb_png, norm, text_image, text_pdf
 
 from ocrforge.client import Client, OCRServerError
+from ocrforge.config import DET_LIMIT_BUCKETS, bucket_det_limit
 
 LINES = ["Hello ocrforge 2026", "你好世界 欢迎使用", "Invoice No. 4711"]
 
@@ -199,10 +202,15 @@ def test_missing_file_and_malformed_multipart(ocr_server):
     assert r.status_code == 400 and r.json()["error"]["kind"] in ("bad_request",)
 
 
-def test_request_timeout_is_504(ocr_server, good_png, small_png):
+def test_request_that_cannot_finish_in_its_timeout_is_refused_at_once(ocr_server, good_png,
+                                                                     small_png):
+    # admitted requests are sized to finish (a deadline passed anyway is 504: test_batcher_*)
+    t = time.perf_counter()
     r = post(ocr_server, good_png, params={"timeout": "0.001"})
-    assert r.status_code == 504, r.text
-    assert r.json()["error"]["kind"] == "timeout"
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["kind"] == "too_much_work"
+    assert "timeout" in r.json()["error"]["message"]
+    assert time.perf_counter() - t < 5  # refused up front, not after working on it
     assert_serving(ocr_server, small_png)
 
 
@@ -291,6 +299,71 @@ def test_openapi_and_demo_page(ocr_server):
         assert page.status_code == 200 and 'id="file"' in page.text
         assert c.get("/static/app.js").status_code == 200
         assert c.get("/nope").json()["error"]["kind"] == "not_found"
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_api_docs_load_nothing_from_outside(ocr_server, path):
+    """Issue 14 item 17: the docs pages reference only this server's URLs, which all answer."""
+    with ocr_server.client() as c:
+        page = c.get(path)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "://" not in page.text and "//cdn" not in page.text, page.text
+        refs = re.findall(r"""(?:src|href|spec-url)=["']([^"']+)["']""", page.text)
+        refs += re.findall(r"""url: ?["']([^"']+)["']""", page.text)
+        assert len(refs) >= 3, refs  # script, favicon, schema (and the stylesheet for Swagger)
+        for ref in refs:
+            assert ref.startswith("/") and not ref.startswith("//"), ref
+            r = c.get(ref)
+            assert r.status_code == 200 and len(r.content) > 0, ref
+        js = [ref for ref in refs if ref.endswith(".js")]
+        assert js and all(len(c.get(ref).content) > 100_000 for ref in js)  # the real bundles
+
+
+def test_det_limit_is_bucketed_and_memory_stays_bounded(ocr_server):
+    """Issue 9 item 6: 200 requests with 50 distinct det_limit values run under at most
+    len(DET_LIMIT_BUCKETS) option keys, and the server's RSS does not grow with them."""
+    rng = random.Random(0)
+    limits = sorted(rng.sample(range(48, 1500), 50))
+    seq = [limits[i % 50] for i in range(200)]
+    rng.shuffle(seq)
+    png = text_image(["B7"], width=1400)
+
+    def metric(c: httpx.Client, name: str) -> float:
+        return metric_values(c.get("/metrics").text)[(name, ())]
+
+    def send(c: httpx.Client, chunk: list[int]) -> None:
+        for lim in chunk:
+            for _ in range(50):  # the shared server admits 4 pages: wait out a 429
+                r = c.post("/v1/ocr", params={"det_limit": lim, "format": "text"},
+                           files={"file": ("b.png", png)})
+                if r.status_code != 429:
+                    break
+                time.sleep(0.2)
+            assert r.status_code == 200, r.text
+            if lim >= 320:  # small limits shrink the line below legibility
+                assert "B7" in r.text, (lim, r.text)
+
+    with ocr_server.client() as c:
+        keys0 = metric(c, "ocrforge_option_keys")
+        send(c, seq[:20])
+        rss20 = metric(c, "process_resident_memory_bytes")
+        rest = seq[20:]
+        clients = [ocr_server.client() for _ in range(4)]
+        threads = [threading.Thread(target=send, args=(cl, rest[k::4]))
+                   for k, cl in enumerate(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        for cl in clients:
+            cl.close()
+        rss200 = metric(c, "process_resident_memory_bytes")
+        keys = metric(c, "ocrforge_option_keys")
+    buckets = {bucket_det_limit(v) for v in seq}
+    assert 4 <= len(buckets) <= len(DET_LIMIT_BUCKETS)
+    assert keys - keys0 <= len(buckets) and keys <= 2 * len(DET_LIMIT_BUCKETS), (keys0, keys)
+    grown = (rss200 - rss20) / 2**20
+    assert grown < 48, f"RSS grew {grown:.1f} MB from request 20 to 200"
 
 
 def test_python_client(ocr_server, good_png, tmp_path):

@@ -24,11 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pages merged into one engine call (default 8)")
     b.add_argument("--max-wait-ms", type=float, default=10.0,
                    help="how long the oldest queued page may wait for a batch to fill (default 10)")
+    b.add_argument("--max-batch-ms", type=float, default=1000.0,
+                   help="beyond its first page a batch takes pages only while its estimated "
+                   "engine time stays within this (default 1000; big pages go one by one)")
     b.add_argument("--no-batching", action="store_true", help="one page per engine call")
     b.add_argument("--det-batch", type=int, help="pages per detection call inside a batch "
                    "(EngineConfig.det_batch_size; pages are padded to the largest)")
-    b.add_argument("--queue-size", type=int, default=64,
-                   help="requests admitted at once (decoding, queued, running); beyond: 429")
+    b.add_argument("--queue-size", type=int, default=512,
+                   help="pages admitted at once (decoding, queued, running); beyond: 429. "
+                   "Requests are also refused (429) when the queued work would not let them "
+                   "finish within --timeout (default 512)")
+    b.add_argument("--max-decoded-pages", type=int, default=0,
+                   help="decoded pages held in memory at once (default 0: two batches per engine)")
+    b.add_argument("--max-inflight-mb", type=float, default=256.0,
+                   help="upload megabytes held at once over all requests; beyond: 429 (default 256)")
     b.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, s (504)")
     b.add_argument("--max-upload-mb", type=float, default=32.0, help="upload limit (413)")
     b.add_argument("--max-pixels", type=int, default=40_000_000,
@@ -66,7 +75,10 @@ def settings_from_args(args: argparse.Namespace):
         devices=devices,
         max_batch_pages=1 if args.no_batching else args.max_batch_pages,
         max_wait_ms=0.0 if args.no_batching else args.max_wait_ms,
+        max_batch_ms=args.max_batch_ms,
         queue_size=args.queue_size,
+        max_decoded_pages=args.max_decoded_pages,
+        max_inflight_upload_bytes=int(args.max_inflight_mb * 1024 * 1024),
         request_timeout_s=args.timeout,
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         max_pixels=args.max_pixels,
@@ -94,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     # fail fast on a wrong model set or folder; the engines themselves load after startup
-    resolve_models(settings.engine.model_set, settings.engine.model_dir)
+    resolve_models(settings.engine.models.name, settings.engine.models.dir)
     app = create_app(settings)
     auth = "API key required" if settings.api_key else "no API key"
     print(f"ocrforge: serving on http://{args.host}:{args.port} ({auth}); demo page at /, "

@@ -1,16 +1,21 @@
 """The HTTP service: FastAPI app, request handling, limits and the demo page.
 
-Request path of ``POST /v1/ocr``: read the body (bounded, 413) -> admit (bounded queue, 429)
--> sniff + decode in a thread pool (4xx on bad input) -> dynamic batcher (engine threads)
--> JSON envelope / text / Markdown. The event loop never runs decode or inference.
+Request path of ``POST /v1/ocr``: read the body (bounded per request, 413, and over all
+requests, 429) -> probe kind, page count and page sizes (no pixels decoded) -> admit by work:
+pages and the estimated time to finish (429 with a computed Retry-After) -> decode pages one
+at a time in a thread pool (4xx on bad input), each holding one of a bounded number of page
+slots -> dynamic batcher (engine threads) -> JSON envelope / text / Markdown. The event loop
+never runs decode or inference.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hmac
 import logging
+import math
 import os
 import re
 import threading
@@ -33,9 +38,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ocrforge import __version__
 from ocrforge.config import bucket_det_limit
-from ocrforge.io.inputs import InputError, PageImage, iter_pages, sniff
-from ocrforge.server.batcher import Batcher, Overloaded, Stopped, run_engine
-from ocrforge.server.errors import ApiError, from_input_error
+from ocrforge.io.inputs import PageImage
+from ocrforge.server.admission import (
+    PAGE_OVERHEAD,
+    Admission,
+    ByteBudget,
+    Overloaded,
+    Stopped,
+    TooMuchWork,
+    page_units,
+)
+from ocrforge.server.apidocs import add_offline_docs
+from ocrforge.server.batcher import Batcher, run_engine
+from ocrforge.server.decoding import PageStream, is_pdf, probe
+from ocrforge.server.errors import ApiError
 from ocrforge.server.formats import envelope, joined_text, markdown
 from ocrforge.server.metrics import Metrics
 from ocrforge.server.settings import ServerSettings
@@ -81,8 +97,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     408: {"description": "The upload was not received within the request timeout"},
     413: {"description": "Upload larger than the server's limit"},
     415: {"description": "Not an image or PDF (content sniffed)"},
-    422: {"description": "Too many pixels (decompression bomb), too many PDF pages, image too small"},
-    429: {"description": "Queue full; retry after the Retry-After header's seconds"},
+    422: {"description": "Too many pixels (decompression bomb), too many PDF pages, image too "
+          "small, or more work than the request timeout allows even on an idle server"},
+    429: {"description": "Too much work queued to finish this request within its timeout, "
+          "or too many pages or upload bytes in flight; retry after the Retry-After header's "
+          "seconds (estimated from the queue)"},
     503: {"description": "Models still loading, failed to load, or shutting down"},
     504: {"description": "Not finished within the request timeout"},
 }
@@ -93,6 +112,8 @@ class ServiceState:
         self.settings = settings
         self.metrics = Metrics()
         self.batcher: Batcher | None = None
+        self.uploads = ByteBudget(settings.max_inflight_upload_bytes)
+        self.admitted_requests = 0
         self.decode_pool: ThreadPoolExecutor | None = None
         self.load_error: str | None = None
         self.cls_available = False
@@ -126,6 +147,7 @@ def load_engines(state: ServiceState) -> None:
     try:
         devices = s.engine_devices
         engines, cls_rts = [], []
+        unit_s = 0.0  # engine seconds per work unit, measured on the warm-up page
         for dev in devices:
             cfg = s.engine.with_(device=dev, max_pixels=s.max_pixels, max_pdf_pages=s.max_pdf_pages)
             if dev == "cpu" and cfg.runtime.intra_op_threads == 0 and len(devices) > 1:
@@ -141,13 +163,20 @@ def load_engines(state: ServiceState) -> None:
                 if gpu:  # buckets and CUDA graphs of the GPU scheduler
                     eng.gpu_scheduler()
                 key = (cfg.det.limit_side, False)
+                page = _warmup_image()
                 for _ in range(2):
-                    run_engine(eng, [_warmup_image()], key, s.gpu_pipeline)
+                    t = time.perf_counter()
+                    run_engine(eng, [page], key, s.gpu_pipeline)
+                units = page_units(page.width, page.height, cfg.det.limit_side,
+                                   cfg.det.min_side, cfg.det.max_upscale)
+                unit_s = max(unit_s, (time.perf_counter() - t) / units)
             engines.append(eng)
             cls_rts.append(cls_rt)
         state.cls_available = all(c is not None for c in cls_rts)
+        admission = Admission(max_pages=s.queue_size, engines=len(engines),
+                              safety=s.admission_safety, unit_s=unit_s or 1.0)
         batcher = Batcher(engines, max_batch_pages=s.max_batch_pages, max_wait_ms=s.max_wait_ms,
-                          queue_size=s.queue_size, cls_runtimes=cls_rts,
+                          max_batch_ms=s.max_batch_ms, admission=admission, max_decoded_pages=s.max_decoded_pages or None,
                           on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline)
         batcher.start()
         cfg = engines[0].config
@@ -162,11 +191,12 @@ def load_engines(state: ServiceState) -> None:
             "det_limit_side": str(cfg.det.limit_side),
             "max_batch_pages": str(s.max_batch_pages),
             "max_wait_ms": str(s.max_wait_ms),
+            "max_batch_ms": str(s.max_batch_ms),
             "queue_size": str(s.queue_size),
+            "max_decoded_pages": str(batcher.max_decoded_pages),
         }
         state.metrics.info.info(state.info)
-        state.metrics.bind_queue(lambda: batcher.queued_pages, lambda: batcher.admitted,
-                                 s.queue_size)
+        state.metrics.bind_queue(batcher, lambda: state.admitted_requests, s.queue_size)
         state.batcher = batcher
         state.metrics.ready.set(1)
         log.info("ocrforge: ready (%d engine(s) on %s)", len(engines), ",".join(devices))
@@ -257,10 +287,46 @@ def _safe_name(name: str | None) -> str:
     return name or "upload"
 
 
-async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+class UploadHold:
+    """Upload bytes this request holds in the server-wide budget (429 when it is spent)."""
+
+    def __init__(self, budget: ByteBudget, retry_after: int):
+        self.budget = budget
+        self.retry_after = retry_after
+        self.held = 0
+
+    def take(self, n: int) -> None:
+        if not self.budget.take(n):
+            raise ApiError(429, "overloaded", f"uploads in flight hold the server's limit of "
+                           f"{self.budget.limit:,} bytes; retry after {self.retry_after} s",
+                           {"Retry-After": str(self.retry_after)})
+        self.held += n
+
+    def release(self) -> None:
+        self.budget.give(self.held)
+        self.held = 0
+
+
+async def _drain(stream: AsyncIterator[bytes], cap: int) -> None:
+    """Read and drop the rest of a body (up to ``cap``) so the client can read our answer."""
+    n = 0
+    async for more in stream:
+        n += len(more)
+        if n > cap:
+            break
+
+
+async def _limited(stream: AsyncIterator[bytes], limit: int,
+                   hold: UploadHold | None = None) -> AsyncIterator[bytes]:
     n = 0
     async for chunk in stream:
         n += len(chunk)
+        if hold is not None and n > hold.held:
+            try:
+                hold.take(n - hold.held)
+            except ApiError:
+                await _drain(stream, 4 * limit)
+                raise
         if n > limit:
             # read and drop the rest (up to a cap) so the client is able to read our answer
             async for more in stream:
@@ -272,17 +338,24 @@ async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[by
         yield chunk
 
 
-async def read_upload(request: Request, limit: int) -> tuple[bytes, str, dict[str, str]]:
-    """(data, source name, form fields) from a multipart upload or a raw body."""
+async def read_upload(request: Request, limit: int,
+                      hold: UploadHold | None = None) -> tuple[bytes, str, dict[str, str]]:
+    """(data, source name, form fields) from a multipart upload or a raw body; the bytes read
+    are taken from ``hold``'s budget (all of Content-Length at once when it is given)."""
     clen = request.headers.get("content-length", "")
     if clen.isdigit() and int(clen) > limit:
         if int(clen) <= 4 * limit:
-            async for _ in request.stream():
-                pass
+            await _drain(request.stream(), 4 * limit)
         raise ApiError(413, "payload_too_large",
                        f"upload of {int(clen):,} bytes is over the server's limit of {limit:,} bytes")
+    if hold is not None and clen.isdigit():
+        try:
+            hold.take(int(clen))
+        except ApiError:
+            await _drain(request.stream(), 4 * limit)
+            raise
     ctype = request.headers.get("content-type", "").lower()
-    stream = _limited(request.stream(), limit)
+    stream = _limited(request.stream(), limit, hold)
     if not ctype.startswith("multipart/form-data"):
         # any other body is the file itself (curl --data-binary sends form-urlencoded)
         data = b"".join([c async for c in stream])
@@ -355,20 +428,6 @@ def _options(fields: dict[str, str], fmt: str | None, det_limit: int | None, cls
     return fmt, det_limit, cls, limit
 
 
-def _decode(data: bytes, source: str, s: ServerSettings) -> tuple[list[PageImage], str, float]:
-    t0 = time.perf_counter()
-    kind = sniff(data) if data else "empty"
-    try:
-        pages = list(iter_pages(data, max_pixels=s.max_pixels, pdf_dpi=s.engine.pdf_dpi,
-                                max_pdf_pages=s.max_pdf_pages, source=source))
-    except InputError as e:
-        raise from_input_error(e) from None
-    except Exception as e:  # a decoder failing on hostile data is still bad input
-        raise ApiError(400, "corrupt_input", f"{source}: cannot decode {kind} "
-                       f"({type(e).__name__}: {e})") from None
-    return pages, kind, time.perf_counter() - t0
-
-
 # ---------------------------------------------------------------------- the app
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     """The ASGI app; engines load in a background thread at startup (see /readyz)."""
@@ -396,9 +455,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         description="Fast local OCR (Chinese and English). POST an image or PDF to /v1/ocr. "
         "Requests arriving together are batched into one engine call.",
         lifespan=lifespan,
+        docs_url=None,  # served from local files by add_offline_docs, never from a CDN
+        redoc_url=None,
     )
     app.state.service = state
     app.add_middleware(ServiceMiddleware, state=state)
+    add_offline_docs(app)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -452,9 +514,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 "max_det_limit": settings.max_det_limit,
                 "request_timeout_s": settings.request_timeout_s,
                 "queue_size": settings.queue_size,
+                "queue_size_unit": "pages",
+                "max_inflight_upload_bytes": settings.max_inflight_upload_bytes,
             },
             "batching": {"max_batch_pages": settings.max_batch_pages,
-                         "max_wait_ms": settings.max_wait_ms},
+                         "max_wait_ms": settings.max_wait_ms,
+                         "max_batch_ms": settings.max_batch_ms,
+                         "max_decoded_pages": (state.batcher.max_decoded_pages
+                                               if state.batcher else None)},
         })
 
     @app.post("/v1/ocr", tags=["ocr"], summary="OCR an image or a PDF",
@@ -468,27 +535,36 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         format: Literal["json", "text", "markdown"] | None = Query(
             None, description="json (default), text, or markdown"),
         det_limit: int | None = Query(
-            None, description="detection: long side limit in pixels (default: server's)"),
+            None, description="detection: long side limit in pixels, rounded up to one of "
+            "320, 480, 640, 800, 960, 1280, 1600, 2048, 2560, 3200, 4096 (default: server's)"),
         cls: bool | None = Query(None, description="0/180 orientation classifier on/off"),
         timeout: float | None = Query(
             None, description="seconds; capped by the server's request timeout"),
     ) -> Response:
         t0 = time.perf_counter()
-        rid = _request_id(request)
         batcher = state.batcher
         if batcher is None:
             if state.load_error:
                 raise ApiError(503, "unavailable", f"engines failed to load: {state.load_error}")
             raise ApiError(503, "not_ready", "models are still loading; retry shortly",
                            {"Retry-After": "2"})
+        hold = UploadHold(state.uploads, max(1, math.ceil(batcher.admission.drain_s())))
+        try:
+            return await _serve(request, batcher, hold, t0, format, det_limit, cls, timeout)
+        finally:
+            hold.release()
+
+    async def _serve(request: Request, batcher: Batcher, hold: UploadHold, t0: float,
+                     fmt: str | None, det_limit: int | None, cls: bool | None,
+                     timeout: float | None) -> Response:
         try:
             async with asyncio.timeout(settings.request_timeout_s):
-                data, source, fields = await read_upload(request, settings.max_upload_bytes)
+                data, source, fields = await read_upload(request, settings.max_upload_bytes, hold)
         except TimeoutError:
             raise ApiError(408, "upload_timeout", "the upload was not received within "
                            f"{settings.request_timeout_s:g} s") from None
         t_recv = time.perf_counter()
-        fmt, det_limit, use_cls, limit_s = _options(fields, format, det_limit, cls, timeout, settings)
+        fmt, det_limit, use_cls, limit_s = _options(fields, fmt, det_limit, cls, timeout, settings)
         if use_cls and not state.cls_available:
             raise ApiError(400, "invalid_parameter", "parameter 'cls': the orientation "
                            "classifier is not available on this server")
@@ -496,28 +572,49 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         # per-request limits are bucketed: a bounded set of batch keys / GPU schedulers
         key = (bucket_det_limit(det_limit) if det_limit else default_limit,
                default_cls if use_cls is None else use_cls)
+        engine = batcher.engines[0]
+        lim = engine.config.limits
+        loop = asyncio.get_running_loop()
+        look = functools.partial(probe, data, dpi=lim.pdf_dpi, max_pages=lim.max_pdf_pages)
+        # image headers are read in microseconds; a PDF's page table may take longer
+        found = await loop.run_in_executor(state.decode_pool, look) if is_pdf(data) else look()
+        det = engine.config.det
+        units = [page_units(w, h, key[0], det.min_side, det.max_upscale) if w and h
+                 else PAGE_OVERHEAD + 1.0 for w, h in found.sizes[:lim.max_pdf_pages]]
         try:
-            ticket = batcher.admit()
+            reservation = batcher.admit(units, limit_s - (time.perf_counter() - t0))
         except Overloaded as e:
-            raise ApiError(429, "overloaded", f"{e}; retry after {e.retry_after:.0f} s",
-                           {"Retry-After": str(int(e.retry_after))}) from None
+            raise ApiError(429, "overloaded", str(e),
+                           {"Retry-After": str(e.retry_after)}) from None
+        except TooMuchWork as e:
+            raise ApiError(422, "too_much_work", f"{source}: {e}") from None
         except Stopped as e:
             raise ApiError(503, "shutting_down", str(e)) from None
-        job = None
+        state.admitted_requests += 1
+        stream = PageStream(engine.decode(data), data, found.kind, source)
+        del data
+        job = batcher.open(key, reservation)
+        decode_s: list[float] = []
+        answered = False
         try:
-            async with asyncio.timeout(max(0.0, limit_s - (t_recv - t0))):
-                loop = asyncio.get_running_loop()
-                pages_in, kind, decode_s = await loop.run_in_executor(
-                    state.decode_pool, _decode, data, source, settings)
-                del data
-                try:
-                    job = batcher.submit(pages_in, key, ticket)
-                except Stopped as e:
-                    raise ApiError(503, "shutting_down", str(e)) from None
+            async with asyncio.timeout(max(0.0, limit_s - (time.perf_counter() - t0))):
+                while not job.future.done():  # done early: an engine call failed
+                    await batcher.acquire_slot()
+                    page = None
+                    try:
+                        t = time.perf_counter()
+                        page = await loop.run_in_executor(state.decode_pool, stream.next)
+                        if page is None:
+                            break
+                        decode_s.append(time.perf_counter() - t)
+                        batcher.put(job, page)
+                    finally:
+                        if page is None:  # the slot's page never reached the queue
+                            batcher.release_slot()
+                batcher.finish(job)
                 pages = await job.future
+                answered = True
         except TimeoutError:
-            if job is not None:
-                batcher.cancel(job)
             raise ApiError(504, "timeout", f"{source}: not finished within {limit_s:g} s "
                            "(server busy or input large); retry later") from None
         except ApiError:
@@ -525,15 +622,23 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         except Exception as e:
             raise ApiError(500, "engine_error", f"{source}: the engine failed "
                            f"({type(e).__name__}: {e})") from None
-        finally:
-            ticket.release()
-        for p in pages:
-            p.timings["decode"] = decode_s / max(len(pages), 1)
+        finally:  # also when the task is cancelled (client gone, server stopping)
+            if not answered:
+                batcher.cancel(job)  # drops its queued pages and gives their slots back
+            state.admitted_requests -= 1
+            reservation.release()
+            try:
+                state.decode_pool.submit(stream.close)  # after any decode step still running
+            except RuntimeError:  # the pool is shut down: the server is exiting
+                pass
+        for p, d in zip(pages, decode_s, strict=False):
+            p.timings["decode"] = d
         state.metrics.observe_pages(pages)
         t_end = time.perf_counter()
         timings = {
-            "receive": (t_recv - t0) * 1000, "decode": decode_s * 1000,
+            "receive": (t_recv - t0) * 1000, "decode": sum(decode_s) * 1000,
             "queue": job.queue_s * 1000, "inference": job.infer_s * 1000,
+            "first_page": ((job.first_done or t_end) - t0) * 1000,
             "total": (t_end - t0) * 1000,
         }
         headers = {"Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings.items())}
@@ -541,7 +646,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             return PlainTextResponse(joined_text(pages) + "\n", headers=headers)
         if fmt == "markdown":
             return PlainTextResponse(markdown(pages), media_type="text/markdown", headers=headers)
-        body = envelope(rid, source, kind, pages, timings,
+        body = envelope(_request_id(request), source, found.kind, pages, timings,
                         {"pages": job.batch_pages, "requests": job.batch_requests})
         return JSONResponse(body, headers=headers)
 

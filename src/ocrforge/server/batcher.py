@@ -1,23 +1,27 @@
 """Dynamic batching: pages of concurrent requests merged into one engine call.
 
-The event loop submits a Job (the decoded pages of one request) and awaits its future.
-One worker thread per engine takes pages from a shared FIFO queue and runs
-``engine.ocr_images(pages)`` (detection per page, recognition batched across all pages).
-A batch is dispatched when it holds ``max_batch_pages`` pages, when the oldest queued
-page has waited ``max_wait_ms`` (as in Triton's max_queue_delay), or at once when no admitted
-request is still decoding (nothing is known to be on its way, so waiting would only add
-latency). A busy server never waits on purpose: pages that queued during the previous batch
-go out as soon as an engine is free.
+A request is admitted by work (``admission.py``), then its pages are decoded one at a time and
+``put`` into one shared FIFO queue as they come; each decoded page first takes one of
+``max_decoded_pages`` page slots, given back when the engine has read the page, so decoded
+images in memory stay bounded however many pages are admitted. One worker thread per engine
+takes pages from the queue and runs them through the engine's public API (``run_engine``).
 
-Only pages whose requests asked for the same engine options (det_limit, cls) share a batch.
-Admission is bounded: ``admit()`` raises Overloaded when ``queue_size`` requests are already
-decoding, queued or running, so latency stays bounded and the caller can answer 429.
+A batch takes at most ``max_batch_pages`` pages and, beyond its first page, only as many as
+fit ``max_batch_ms`` of estimated engine time (the admission's cost model): small images batch
+together, big pages go one or two at a time, so a batch never holds a request up for long and
+the engine's memory for a batch stays small. Pages are taken fairly: the request that has had
+the fewest pages read goes first (then the earlier one), so a one-page request is not queued
+behind all the pages of a PDF (admission.py accounts for this order). A batch is dispatched when it is full, when the oldest queued page has waited
+``max_wait_ms`` (as in Triton's max_queue_delay), or at once when no admitted request still has
+pages to decode (nothing is known to be on its way, so waiting would only add latency). A busy
+server never waits on purpose: pages that queued during the previous batch go out as soon as
+an engine is free. Only pages whose requests asked for the same engine options (det_limit
+bucket, cls) share a batch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 from collections import deque
@@ -28,64 +32,47 @@ from typing import TYPE_CHECKING, Any
 from ocrforge.config import ReadOptions
 from ocrforge.io.inputs import PageImage
 from ocrforge.result import Page
+from ocrforge.server.admission import Admission, Overloaded, Reservation, Stopped
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
 
-EngineKey = tuple[int, bool]  # (det_limit_side, use_cls)
-
-
-class Overloaded(Exception):
-    """The admission queue is full; retry after ``retry_after`` seconds."""
-
-    def __init__(self, retry_after: float, limit: int):
-        super().__init__(f"server is at its limit of {limit} queued requests")
-        self.retry_after = retry_after
-        self.limit = limit
-
-
-class Stopped(Exception):
-    """The batcher is shutting down and takes no new work."""
-
-
-class Ticket:
-    """One admitted request's slot; release() is idempotent."""
-
-    def __init__(self, batcher: Batcher):
-        self._batcher = batcher
-        self._released = False
-        self.submitted = False
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._batcher._release(self)
+EngineKey = tuple[int, bool]  # (det_limit_side bucket, use_cls)
+__all__ = ["Batcher", "EngineKey", "Job", "Overloaded", "Stopped", "run_engine"]
 
 
 @dataclass
 class Job:
-    pages: list[PageImage]
+    """One request's pages on their way through the engines; await ``future``."""
+
     key: EngineKey
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
-    enqueued: float = field(default_factory=time.perf_counter)
+    reservation: Reservation | None = None
+    seq: int = 0  # opening order
+    opened: float = field(default_factory=time.perf_counter)
     results: list[Page | None] = field(default_factory=list)
-    remaining: int = 0
-    started: float | None = None
+    put_count: int = 0
+    dispatched: int = 0  # pages handed to an engine
+    done_count: int = 0
+    input_done: bool = False
+    cancelled: bool = False
+    started: float | None = None  # first engine call with one of its pages
+    first_done: float | None = None  # first page read
     infer_s: float = 0.0
     batch_pages: int = 0  # largest batch (in pages) this job was part of
     batch_requests: int = 0  # requests in that batch
-    cancelled: bool = False
 
     @property
     def queue_s(self) -> float:
-        return (self.started or self.enqueued) - self.enqueued
+        return (self.started or self.opened) - self.opened
 
 
 @dataclass
 class _Item:
     job: Job
     index: int
+    page: PageImage
     enqueued: float
 
 
@@ -117,8 +104,9 @@ class Batcher:
         *,
         max_batch_pages: int = 8,
         max_wait_ms: float = 10.0,
-        queue_size: int = 64,
-        cls_runtimes: list[Any | None] | None = None,
+        max_batch_ms: float = 1000.0,
+        admission: Admission | None = None,
+        max_decoded_pages: int | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
         gpu_pipeline: bool = False,
     ):
@@ -127,18 +115,21 @@ class Batcher:
         self.engines = engines
         self.max_batch_pages = max(1, max_batch_pages)
         self.max_wait_s = max(0.0, max_wait_ms) / 1000.0
-        self.queue_size = queue_size
-        self._cls_runtimes = cls_runtimes or [None for _ in engines]
+        self.max_batch_s = max(0.0, max_batch_ms) / 1000.0
+        self.admission = admission or Admission(max_pages=256, engines=len(engines))
+        # decoded pages in memory: one batch running and one ready per engine
+        self.max_decoded_pages = max_decoded_pages or max(4, 2 * self.max_batch_pages * len(engines))
+        self._slots = asyncio.Semaphore(self.max_decoded_pages)
         self._on_batch = on_batch
         self.gpu_pipeline = gpu_pipeline
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
-        self._admitted = 0
-        self._incoming = 0  # admitted but not yet submitted (still decoding)
-        self._running_pages = 0
+        self._incoming = 0  # admitted jobs that may still put pages
+        self._decoded = 0  # pages holding a slot (decoding, queued or running)
         self._stopping = False
+        self._seq = 0
         self._threads: list[threading.Thread] = []
-        self._page_s = 0.5  # running mean of engine seconds per page, for Retry-After
+        self.keys_seen: set[EngineKey] = set()  # option keys run so far (bounded by bucketing)
 
     # ------------------------------------------------------------------ state
     @property
@@ -146,8 +137,12 @@ class Batcher:
         return len(self._queue)
 
     @property
-    def admitted(self) -> int:
-        return self._admitted
+    def decoded_pages(self) -> int:
+        return self._decoded
+
+    @property
+    def admitted_pages(self) -> int:
+        return self.admission.pending_pages
 
     def default_key(self) -> EngineKey:
         e = self.engines[0]
@@ -162,7 +157,9 @@ class Batcher:
             self._threads.append(t)
 
     def stop(self, timeout: float | None = None) -> bool:
-        """Finish every queued page, then stop the workers. True if they all stopped."""
+        """Take no new requests, finish every admitted page, stop the workers. True if they
+        all stopped."""
+        self.admission.stop()
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -171,78 +168,130 @@ class Batcher:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    # ------------------------------------------------------------------ admission
-    def retry_after(self) -> float:
-        backlog = len(self._queue) + self._running_pages
-        return max(1.0, math.ceil(backlog * self._page_s / len(self.engines)))
+    # ------------------------------------------------------------------ requests
+    def admit(self, units: list[float], time_left_s: float) -> Reservation:
+        """Reserve room for a request with pages of these work units (see admission.py);
+        raises Overloaded (answer 429) or Stopped (503)."""
+        if self._stopping:
+            raise Stopped("server is shutting down")
+        return self.admission.admit(units, time_left_s)
 
-    def admit(self) -> Ticket:
-        """Reserve a slot for one request, or raise Overloaded / Stopped."""
-        with self._cond:
-            if self._stopping:
-                raise Stopped("server is shutting down")
-            if self._admitted >= self.queue_size:
-                raise Overloaded(self.retry_after(), self.queue_size)
-            self._admitted += 1
-            self._incoming += 1
-        return Ticket(self)
-
-    def _release(self, ticket: Ticket) -> None:
-        with self._cond:
-            self._admitted -= 1
-            if not ticket.submitted:
-                ticket.submitted = True
-                self._incoming -= 1
-                self._cond.notify_all()
-
-    # ------------------------------------------------------------------ submit
-    def submit(self, pages: list[PageImage], key: EngineKey | None = None,
-               ticket: Ticket | None = None) -> Job:
-        """Queue the pages of one request (admitted with ``ticket``); await ``job.future``."""
+    def open(self, key: EngineKey, reservation: Reservation | None = None) -> Job:
+        """A job for one admitted request; call from the event loop."""
         loop = asyncio.get_running_loop()
-        job = Job(pages, key or self.default_key(), loop.create_future(), loop)
-        job.results = [None] * len(pages)
-        job.remaining = len(pages)
-        now = time.perf_counter()
+        job = Job(key, loop.create_future(), loop, reservation)
         with self._cond:
-            if ticket is not None and not ticket.submitted:
-                ticket.submitted = True
-                self._incoming -= 1
-            if self._stopping:
-                raise Stopped("server is shutting down")
-            if pages:
-                self._queue.extend(_Item(job, i, now) for i in range(len(pages)))
-            self._cond.notify_all()
-        if not pages:
-            job.future.set_result([])
+            self._seq += 1
+            job.seq = self._seq
+            self._incoming += 1
         return job
 
+    async def acquire_slot(self) -> None:
+        """Wait for room for one more decoded page (given back by ``put``'s page when read)."""
+        await self._slots.acquire()
+        with self._cond:
+            self._decoded += 1
+
+    def release_slot(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Give back a slot whose page never reached the queue (or left it); any thread."""
+        with self._cond:
+            self._decoded -= 1
+        if loop is None:
+            self._slots.release()
+            return
+        try:
+            loop.call_soon_threadsafe(self._slots.release)
+        except RuntimeError:  # loop closed: nobody waits for slots any more
+            pass
+
+    def put(self, job: Job, page: PageImage) -> None:
+        """Queue the job's next page (its slot is taken with ``acquire_slot`` first)."""
+        with self._cond:
+            if job.cancelled:
+                self._decoded -= 1
+                self._slots.release()
+                return
+            job.results.append(None)
+            self._queue.append(_Item(job, job.put_count, page, time.perf_counter()))
+            job.put_count += 1
+            self._cond.notify_all()
+
+    def finish(self, job: Job) -> None:
+        """No more pages for this job: it resolves when the queued ones are read."""
+        with self._cond:
+            if job.input_done:
+                return
+            job.input_done = True
+            self._incoming -= 1
+            self._cond.notify_all()
+            done = job.done_count == job.put_count and not job.cancelled
+        if job.reservation is not None:
+            job.reservation.release(job.put_count)  # pages the probe counted, decode did not yield
+        if done:
+            _resolve(job, result=job.results)
+
     def cancel(self, job: Job) -> None:
-        """Drop the job's pages that have not started (its request timed out or went away)."""
+        """Drop the job's pages that have not started (its request timed out or failed)."""
         with self._cond:
             job.cancelled = True
-            if any(it.job is job for it in self._queue):
+            dropped = [it for it in self._queue if it.job is job]
+            if dropped:
                 self._queue = deque(it for it in self._queue if it.job is not job)
+                self._decoded -= len(dropped)
+            if not job.input_done:
+                job.input_done = True
+                self._incoming -= 1
+            self._cond.notify_all()
+        for _ in dropped:
+            self._slots.release()
+        if job.reservation is not None:
+            job.reservation.release()
 
     # ------------------------------------------------------------------ workers
     def _next_batch(self) -> list[_Item] | None:
         """Called with the lock held; blocks until a batch is due. None: stop."""
         while True:
             if not self._queue:
-                if self._stopping:
+                if self._stopping and self._incoming <= 0:
                     return None
                 self._cond.wait()
                 continue
             head = self._queue[0]
-            key = head.job.key
-            chosen = [it for it in self._queue if it.job.key == key][: self.max_batch_pages]
+            chosen, full = self._fill()
             wait = head.enqueued + self.max_wait_s - time.perf_counter()
             due = wait <= 0 or self._incoming <= 0 or self._stopping
-            if len(chosen) >= self.max_batch_pages or due:
+            if full or due:
                 ids = {id(it) for it in chosen}
                 self._queue = deque(it for it in self._queue if id(it) not in ids)
+                for it in chosen:
+                    it.job.dispatched += 1
                 return chosen
             self._cond.wait(wait)
+
+    def _fill(self) -> tuple[list[_Item], bool]:
+        """The next batch: queued pages by (pages of their request already taken, request
+        order), of the options key of the first, up to max_batch_pages pages and max_batch_ms
+        of estimated time. ``full``: pages were left out by those caps (waiting cannot grow
+        the batch)."""
+        taken: dict[int, int] = {}
+        order = []
+        for it in self._queue:
+            k = taken.get(id(it.job), it.job.dispatched)
+            taken[id(it.job)] = k + 1
+            order.append((k, it.job.seq, it.index, it))
+        order.sort(key=lambda t: t[:3])
+        key = order[0][3].job.key
+        chosen: list[_Item] = []
+        est, unit_s = 0.0, self.admission.unit_s
+        for *_, it in order:
+            if it.job.key != key:
+                continue
+            cost = _units(it) * unit_s
+            if chosen and (len(chosen) >= self.max_batch_pages or est + cost > self.max_batch_s):
+                return chosen, True
+            chosen.append(it)
+            est += cost
+        return chosen, len(chosen) >= self.max_batch_pages
 
     def _worker(self, index: int, engine: OCR) -> None:
         while True:
@@ -250,28 +299,26 @@ class Batcher:
                 batch = self._next_batch()
                 if batch is None:
                     return
-                self._running_pages += len(batch)
-            try:
-                self._execute(index, engine, batch)
-            finally:
-                with self._cond:
-                    self._running_pages -= len(batch)
+            self._execute(engine, batch)
 
-    def _execute(self, index: int, engine: OCR, batch: list[_Item]) -> None:
+    def _execute(self, engine: OCR, batch: list[_Item]) -> None:
         key = batch[0].job.key
+        self.keys_seen.add(key)
         jobs = list({id(it.job): it.job for it in batch}.values())
         t0 = time.perf_counter()
         for j in jobs:
             if j.started is None:
                 j.started = t0
         try:
-            pages = run_engine(engine, [it.job.pages[it.index] for it in batch], key,
-                               self.gpu_pipeline)
+            pages = run_engine(engine, [it.page for it in batch], key, self.gpu_pipeline)
             error: BaseException | None = None
         except BaseException as e:  # an engine failure fails this batch's requests, not the server
             pages, error = [], e
-        dt = time.perf_counter() - t0
-        self._page_s = 0.8 * self._page_s + 0.2 * (dt / len(batch))
+        t1 = time.perf_counter()
+        dt = t1 - t0
+        units = sum(_units(it) for it in batch)
+        if error is None:
+            self.admission.observe(units, dt)
         if self._on_batch is not None:
             try:
                 self._on_batch(len(batch), len(jobs), dt)
@@ -281,16 +328,39 @@ class Batcher:
             j.infer_s += dt
             if len(batch) > j.batch_pages:
                 j.batch_pages, j.batch_requests = len(batch), len(jobs)
+        finished: list[Job] = []
+        with self._cond:
+            self._decoded -= len(batch)
+            for n, it in enumerate(batch):
+                j = it.job
+                if error is None:
+                    j.results[it.index] = pages[n]
+                    if j.first_done is None:
+                        j.first_done = t1
+                j.done_count += 1
+                if j.input_done and j.done_count == j.put_count and j not in finished:
+                    finished.append(j)
+        for it in batch:
+            if it.job.reservation is not None:
+                it.job.reservation.page_done(it.index)
+            try:
+                it.job.loop.call_soon_threadsafe(self._slots.release)
+            except RuntimeError:
+                pass
+            it.page = None  # type: ignore[assignment]  # the image is not needed any more
         if error is not None:
             for j in jobs:
                 _resolve(j, error=error)
             return
-        for it, page in zip(batch, pages, strict=True):
-            j = it.job
-            j.results[it.index] = page
-            j.remaining -= 1
-            if j.remaining == 0:
-                _resolve(j, result=j.results)
+        for j in finished:
+            _resolve(j, result=j.results)
+
+
+def _units(it: _Item) -> float:
+    r = it.job.reservation
+    if r is not None and it.index < len(r.units):
+        return r.units[it.index]
+    return 1.0
 
 
 def _resolve(job: Job, *, result: Any = None, error: BaseException | None = None) -> None:

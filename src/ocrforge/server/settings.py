@@ -18,10 +18,20 @@ class ServerSettings:
     # dynamic batching: pages of concurrent requests merged into one engine call
     max_batch_pages: int = 8
     max_wait_ms: float = 10.0
-    # admission: requests decoding, queued or running; beyond this -> 429
-    queue_size: int = 64
+    # beyond its first page a batch takes pages only while its estimated engine time (the
+    # admission cost model at the measured speed) stays within this: big pages go one by one
+    max_batch_ms: float = 1000.0
+    # admission (server/admission.py): pages of admitted requests (decoding, queued, running);
+    # beyond this -> 429. A request is also refused when the work queued ahead of it, at the
+    # measured engine speed, would not let it finish within admission_safety x its timeout.
+    queue_size: int = 512
+    admission_safety: float = 0.8
+    # decoded pages in memory at once (0: two batches per engine)
+    max_decoded_pages: int = 0
     request_timeout_s: float = 60.0
     max_upload_bytes: int = 32 * 1024 * 1024
+    # upload bytes held over all requests being read or served; beyond this -> 429
+    max_inflight_upload_bytes: int = 256 * 1024 * 1024
     max_pixels: int = 40_000_000
     max_pdf_pages: int = 50
     max_det_limit: int = 4096
@@ -39,8 +49,17 @@ class ServerSettings:
             raise ValueError("max_batch_pages must be >= 1")
         if self.max_wait_ms < 0:
             raise ValueError("max_wait_ms must be >= 0")
+        if self.max_batch_ms < 0:
+            raise ValueError("max_batch_ms must be >= 0")
         if self.queue_size < 1:
             raise ValueError("queue_size must be >= 1")
+        if not 0 < self.admission_safety <= 1:
+            raise ValueError("admission_safety must be in (0, 1]")
+        if self.max_decoded_pages < 0:
+            raise ValueError("max_decoded_pages must be >= 0 (0: automatic)")
+        if self.max_inflight_upload_bytes < 1:
+            raise ValueError("max_inflight_upload_bytes must be >= 1 (one upload is always "
+                             "let in when none is held)")
         if self.request_timeout_s <= 0:
             raise ValueError("request_timeout_s must be > 0")
         if self.max_upload_bytes < 1 or self.max_pixels < 1 or self.max_pdf_pages < 1:
@@ -50,7 +69,7 @@ class ServerSettings:
 
     @property
     def engine_devices(self) -> list[str]:
-        return list(self.devices) if self.devices else [self.engine.device] * self.workers
+        return list(self.devices) if self.devices else [self.engine.runtime.device] * self.workers
 
     @property
     def batching(self) -> bool:
