@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -35,7 +35,7 @@ from ocrforge import __version__
 from ocrforge.io.inputs import InputError, PageImage, iter_pages, sniff
 from ocrforge.server.batcher import Batcher, Overloaded, Stopped, run_engine
 from ocrforge.server.errors import ApiError, from_input_error
-from ocrforge.server.formats import envelope, joined_text, markdown
+from ocrforge.server.formats import FORMATS, envelope, render
 from ocrforge.server.metrics import Metrics
 from ocrforge.server.settings import ServerSettings
 
@@ -60,7 +60,7 @@ OCR_OPENAPI: dict[str, Any] = {
                     "required": ["file"],
                     "properties": {
                         "file": {"type": "string", "format": "binary"},
-                        "format": {"type": "string", "enum": ["json", "text", "markdown"]},
+                        "format": {"type": "string", "enum": list(FORMATS)},
                         "det_limit": {"type": "integer"},
                         "cls": {"type": "boolean"},
                         "timeout": {"type": "number"},
@@ -332,8 +332,8 @@ def _options(fields: dict[str, str], fmt: str | None, det_limit: int | None, cls
         fmt = fields.get("format", "json").strip().lower() or "json"
     if fmt == "md":
         fmt = "markdown"
-    if fmt not in ("json", "text", "markdown"):
-        raise bad("format", f"must be json, text or markdown, not {fmt!r}")
+    if fmt not in FORMATS:
+        raise bad("format", f"must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if det_limit is None and fields.get("det_limit", "").strip():
         try:
             det_limit = int(fields["det_limit"])
@@ -467,8 +467,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
               openapi_extra=OCR_OPENAPI)
     async def ocr(
         request: Request,
-        format: Literal["json", "text", "markdown"] | None = Query(
-            None, description="json (default), text, or markdown"),
+        format: str | None = Query(
+            None, description="json (default), text, markdown, hocr, alto or pdf"),
         det_limit: int | None = Query(
             None, description="detection: long side limit in pixels (default: server's)"),
         cls: bool | None = Query(None, description="0/180 orientation classifier on/off"),
@@ -537,10 +537,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             "total": (t_end - t0) * 1000,
         }
         headers = {"Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings.items())}
-        if fmt == "text":
-            return PlainTextResponse(joined_text(pages) + "\n", headers=headers)
-        if fmt == "markdown":
-            return PlainTextResponse(markdown(pages), media_type="text/markdown", headers=headers)
+        if fmt != "json":
+            body, media_type = await asyncio.get_running_loop().run_in_executor(
+                state.decode_pool, render, pages, fmt, [p.image for p in pages_in],
+                settings.engine.pdf_dpi if kind == "pdf" else None)
+            return Response(body, media_type=media_type, headers=headers)
         body = envelope(rid, source, kind, pages, timings,
                         {"pages": job.batch_pages, "requests": job.batch_requests})
         return JSONResponse(body, headers=headers)

@@ -46,20 +46,32 @@ def _cmap_table() -> bytes:
     return struct.pack(">HHHHI", 0, 1, 3, 1, 12) + sub
 
 
+# Glyph 1 draws nothing but has a box: two one-point contours, at (0, 0) and at
+# (ADVANCE, UNITS_PER_EM). Rasterizers ignore one-point contours; text extractors (pdfium
+# drops characters whose glyph box is empty) see each character's box where it stands.
+_GLYPH = (
+    struct.pack(">hhhhh", 2, 0, 0, ADVANCE, UNITS_PER_EM)  # contours, xMin, yMin, xMax, yMax
+    + struct.pack(">HHH", 0, 1, 0)  # last point of each contour, no instructions
+    + bytes([0x01, 0x01])  # flags: on curve, 2-byte coordinates
+    + struct.pack(">hh", 0, ADVANCE)  # x deltas
+    + struct.pack(">hh", 0, UNITS_PER_EM)  # y deltas
+)
+
+
 @cache
 def glyphless_ttf() -> bytes:
-    """The font file (about 600 bytes): .notdef and one empty glyph, both ADVANCE wide."""
+    """The font file (under 800 bytes): an empty .notdef and glyph 1, both ADVANCE wide."""
     num_glyphs = 2
     tables = {
         "head": struct.pack(">IIIIHHqqhhhhHHhhh", 0x00010000, 0x00010000, 0, 0x5F0F3CF5, 0x000B,
                             UNITS_PER_EM, CREATED, CREATED, 0, 0, ADVANCE, UNITS_PER_EM, 0, 3, 2, 0, 0),
         "hhea": struct.pack(">IhhhHhhhhhhhhhhhH", 0x00010000, UNITS_PER_EM, 0, 0, ADVANCE, 0, 0,
                             0, 1, 0, 0, 0, 0, 0, 0, 0, num_glyphs),
-        "maxp": struct.pack(">IHHHHHHHHHHHHHH", 0x00010000, num_glyphs, 0, 0, 0, 0, 2, 0, 0, 0,
+        "maxp": struct.pack(">IHHHHHHHHHHHHHH", 0x00010000, num_glyphs, 2, 2, 0, 0, 2, 0, 0, 0,
                             0, 0, 0, 0, 0),
         "hmtx": struct.pack(">HhHh", ADVANCE, 0, ADVANCE, 0),
-        "loca": struct.pack(">HHH", 0, 0, 0),  # short offsets: both glyphs empty
-        "glyf": b"",  # no outlines at all
+        "loca": struct.pack(">HHH", 0, 0, (len(_GLYPH) + 1) // 2),  # short offsets (halved)
+        "glyf": _GLYPH + b"\0" * (len(_GLYPH) % 2),
         "cmap": _cmap_table(),
         "name": _name_table(),
         "post": struct.pack(">IihhIIIII", 0x00030000, 0, -100, 50, 1, 0, 0, 0, 0),
