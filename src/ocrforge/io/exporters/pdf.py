@@ -68,7 +68,8 @@ class _Codes:
 
 
 def render(pages: list[Page], images: list[Any] | None = None) -> bytes:
-    """One PDF page per Page; ``images`` are the page images (BGR or grey uint8 arrays)."""
+    """One PDF page per Page; ``images`` are the page images (BGR or grey uint8 arrays; None
+    for a page that only carries the invisible text)."""
     if images is None or len(images) != len(pages):
         raise ValueError("the PDF export needs one page image per page "
                          f"({len(pages)} pages, {0 if images is None else len(images)} images)")
@@ -112,13 +113,17 @@ def _page(w: PdfWriter, page: Page, image: Any, parent: int, font: int, codes: _
         raise ValueError(f"{page.source}: page dpi must be positive, not {page.dpi}")
     scale = 72.0 / dpi
     pw, ph = page.width * scale, page.height * scale
-    img = _image(w, image, page)
-    text = _text_layer(page, scale, ph, codes)
-    content = f"q {num(pw)} 0 0 {num(ph)} 0 0 cm /Im0 Do Q\n".encode("ascii") + text
+    content = _text_layer(page, scale, ph, codes)
+    # the font is /F1: OCRmyPDF's sandwich renderer takes the text layer's font by that name
+    xobject = ""
+    if image is not None:  # None: a text-only page (to lay over an existing page)
+        img = _image(w, image, page)
+        content = f"q {num(pw)} 0 0 {num(ph)} 0 0 cm /Im0 Do Q\n".encode("ascii") + content
+        xobject = f"/XObject << /Im0 {img} 0 R >> "
     contents = w.add_stream("", content)
     return w.add(
         f"<< /Type /Page /Parent {parent} 0 R /MediaBox [0 0 {num(pw)} {num(ph)}] "
-        f"/Resources << /XObject << /Im0 {img} 0 R >> /Font << /F0 {font} 0 R >> "
+        f"/Resources << {xobject}/Font << /F1 {font} 0 R >> "
         f"/ProcSet [/PDF /Text /ImageB /ImageC] >> /Contents {contents} 0 R >>")
 
 
@@ -165,7 +170,7 @@ def _line_ops(line: Line, scale: float, page_h: float, codes: _Codes) -> list[st
     # text space -> page: x along the line's direction, y perpendicular to it, upwards
     # (the image's y axis points down, the PDF's up)
     m = (ux, -uy, uy, ux)
-    ops = [f"/F0 {num(size)} Tf"]
+    ops = [f"/F1 {num(size)} Tf"]
     geo = [baseline(wd.poly) for wd in words]
     for k, (wd, g) in enumerate(zip(words, geo, strict=True)):
         start = _along(lb, g.origin)
