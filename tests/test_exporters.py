@@ -62,6 +62,10 @@ def test_line_split_into_words_proportionally():
     one = Line("光学字符识别", [[0, 0], [60, 0], [60, 10], [0, 10]], 0.9)
     assert [w.text for w in words_of(one)] == ["光学字符识别"]
     assert words_of(Line("  ", [[0, 0], [1, 0], [1, 1], [0, 1]], 0.9)) == []
+    # upside down (angle 180): the first word is at the right of the page-oriented box
+    flipped = split_line(Line("ab cd", [[0, 0], [100, 0], [100, 20], [0, 20]], 0.8, angle=180))
+    assert [w.text for w in flipped] == ["ab", "cd"]
+    assert min(p[0] for p in flipped[0].poly) == 60 and max(p[0] for p in flipped[1].poly) == 40
 
 
 # ------------------------------------------------------------------ text

@@ -239,3 +239,14 @@ def test_server_formats_from_the_registry(ocr_server):
                        headers=ocr_server.headers(), timeout=60)
         assert r.status_code == 200 and r.headers["content-type"].startswith(media), r.text
         assert b"Second" in r.content
+
+
+def test_upside_down_line_copies_in_order():
+    """A line the classifier turned (angle 180) still copies in its own order, over its box."""
+    img = np.full((200, 600, 3), 255, np.uint8)
+    flipped = Line("upside down", [[100.0, 50.0], [400.0, 50.0], [400.0, 90.0], [100.0, 90.0]], 0.9,
+                   angle=180)
+    data = export([Page([flipped], 600, 200, dpi=144.0)], "pdf", images=[img])
+    assert pdf_pages_text(data)[0] == "upside down"
+    boxes = char_boxes(data, 0, 144.0)
+    assert all(95 <= b[0] and b[2] <= 405 and 45 <= b[1] and b[3] <= 95 for _, b in boxes)

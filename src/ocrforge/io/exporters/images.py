@@ -15,15 +15,14 @@ def load_page_images(pages: list[Page], *, pdf_dpi: int = 200,
     """The image of every page, decoded from ``page.source`` (a path) exactly as the engine
     decoded it. PDF pages without ``dpi`` get ``pdf_dpi`` (the resolution they were rendered
     at), so their PDF keeps the input's page size."""
-    cache: dict[str, dict[int, np.ndarray]] = {}
     out = []
+    source, decoded, is_pdf = None, {}, False  # one document in memory at a time
     for p in pages:
-        if p.source not in cache:
-            cache.clear()  # pages come grouped by source: keep one document in memory
-            cache[p.source] = {pi.index: pi.image for pi in iter_pages(
+        if p.source != source:
+            source, is_pdf = p.source, _is_pdf(p.source)
+            decoded = {pi.index: pi.image for pi in iter_pages(
                 p.source, pdf_dpi=pdf_dpi, max_pixels=max_pixels)}
-            is_pdf = _is_pdf(p.source)
-        img = cache[p.source].get(p.page_index)
+        img = decoded.get(p.page_index)
         if img is None or img.shape[:2] != (p.height, p.width):
             raise InputError(p.source, f"page {p.page_index + 1} no longer decodes to the "
                              f"{p.width}x{p.height} image that was read (file changed?)")

@@ -8,7 +8,9 @@
 - Every word is scaled horizontally (Tz) to cover its box, along the line's direction
   (skewed lines stay skewed); the font size is the line height, the baseline its bottom
   edge, so a character's box spans the line box from bottom to top. A space character is
-  placed in the gap between words so extractors see real word breaks.
+  placed in the gap between words so extractors see real word breaks. A line the orientation
+  classifier found upside down is one run over the line's box (extractors would reorder its
+  words by position).
 - Page size: pixels * 72 / dpi with dpi = Page.dpi (the render resolution of a PDF page, so
   PDF input keeps its page size), or DEFAULT_DPI for images without one.
 - The page image is stored as JPEG (grey when the image has no colour).
@@ -20,7 +22,7 @@ from typing import Any
 
 from ocrforge.io.exporters.glyphless_font import ADVANCE, NAME, UNITS_PER_EM, glyphless_ttf
 from ocrforge.io.exporters.pdf_objects import PdfWriter, num, pdf_string
-from ocrforge.io.exporters.structure import baseline, regions, table_lines, words_of
+from ocrforge.io.exporters.structure import Baseline, baseline, regions, table_lines, words_of
 from ocrforge.result import Line, Page
 
 DEFAULT_DPI = 300.0
@@ -171,6 +173,11 @@ def _line_ops(line: Line, scale: float, page_h: float, codes: _Codes) -> list[st
     # (the image's y axis points down, the PDF's up)
     m = (ux, -uy, uy, ux)
     ops = [f"/F1 {num(size)} Tf"]
+    if line.angle == 180:
+        # an upside-down line: extractors order words by position, so turned words would copy
+        # in reverse; the whole line as one run over its box copies right (no word boxes)
+        return ops + _run(" ".join(wd.text for wd in words), lb, 0.0, max(lb.length, 1e-3),
+                          size, scale, page_h, codes, m)
     geo = [baseline(wd.poly) for wd in words]
     for k, (wd, g) in enumerate(zip(words, geo, strict=True)):
         start = _along(lb, g.origin)
@@ -183,12 +190,12 @@ def _line_ops(line: Line, scale: float, page_h: float, codes: _Codes) -> list[st
     return ops
 
 
-def _along(lb: Any, point: tuple[float, float]) -> float:
+def _along(lb: Baseline, point: tuple[float, float]) -> float:
     """Distance of a point from the line's origin along its direction (image pixels)."""
     return (point[0] - lb.origin[0]) * lb.direction[0] + (point[1] - lb.origin[1]) * lb.direction[1]
 
 
-def _run(text: str, lb: Any, start: float, length: float, size: float, scale: float,
+def _run(text: str, lb: Baseline, start: float, length: float, size: float, scale: float,
          page_h: float, codes: _Codes, m: tuple[float, float, float, float]) -> list[str]:
     x = (lb.origin[0] + lb.direction[0] * start) * scale
     y = page_h - (lb.origin[1] + lb.direction[1] * start) * scale

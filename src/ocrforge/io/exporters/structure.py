@@ -129,17 +129,25 @@ def words_of(line: Line) -> list[Word]:
     return split_line(line)
 
 
+def reading_quad(poly: Quad, angle: int) -> Quad:
+    """A quad's corners starting where its text starts: for a line the orientation
+    classifier found upside down (angle 180) the text runs from the page's bottom-right corner
+    leftwards, so the corners turn by two."""
+    return [*poly[2:4], *poly[0:2]] if angle == 180 else poly
+
+
 def split_line(line: Line) -> list[Word]:
     text = line.text
     tokens = list(_TOKEN.finditer(text))
     if len(tokens) <= 1:
-        return [Word(text.strip(), [list(map(float, p)) for p in line.poly], line.score)] if tokens else []
+        poly = reading_quad([list(map(float, p)) for p in line.poly[:4]], line.angle)
+        return [Word(text.strip(), poly, line.score)] if tokens else []
     weights = [2.0 if _is_wide(ch) else 1.0 for ch in text]
     total = sum(weights)
     cum = [0.0]
     for w in weights:
         cum.append(cum[-1] + w)
-    (p0, p1, p2, p3) = ([float(v) for v in p] for p in line.poly[:4])
+    (p0, p1, p2, p3) = ([float(v) for v in p] for p in reading_quad(line.poly[:4], line.angle))
     words = []
     for m in tokens:
         t0, t1 = cum[m.start()] / total, cum[m.end()] / total
