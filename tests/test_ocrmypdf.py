@@ -112,3 +112,25 @@ def test_ocr_element_tree_follows_reading_order_and_word_boxes():
     classes = [ln.ocr_class for ln in tree.iter_by_class("ocr_line", "ocr_header", "ocr_footer")]
     assert classes[0] == "ocr_header" and classes[-1] == "ocr_footer"
     assert all(par.ocr_class == "ocr_par" for par in tree.children)
+
+
+def test_engine_hocr_and_text_only_pdf_paths(tmp_path):
+    """OCRmyPDF's older paths: generate_hocr (read back by its hOCR parser) and generate_pdf
+    (a text-only page the size of the image, for the sandwich renderer)."""
+    from ocrmypdf.hocrtransform import HocrParser
+
+    from ocrforge.ocrmypdf_plugin import OcrforgeEngine
+
+    img = tmp_path / "page.png"
+    render_lines(["Hocr path 42", "光学字符"], size=40).image.save(img, dpi=(150, 150))
+    eng = OcrforgeEngine()
+    eng.generate_hocr(img, tmp_path / "p.hocr", tmp_path / "p.txt", None)
+    tree = HocrParser(tmp_path / "p.hocr").parse()
+    assert squash(" ".join(w.text for w in tree.iter_by_class("ocrx_word"))) == "Hocrpath42光学字符"
+    assert squash((tmp_path / "p.txt").read_text()) == "Hocrpath42光学字符"
+    eng.generate_pdf(img, tmp_path / "p.pdf", tmp_path / "p2.txt", None)
+    page = pdfium.PdfDocument(tmp_path / "p.pdf")[0]
+    w, h = Image.open(img).size
+    assert page.get_size() == pytest.approx((w * 72 / 150, h * 72 / 150), abs=0.05)  # PNG stores dots/metre
+    assert squash(page.get_textpage().get_text_range()) == "Hocrpath42光学字符"
+    assert not any(obj.type == pdfium.raw.FPDF_PAGEOBJ_IMAGE for obj in page.get_objects())
