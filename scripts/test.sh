@@ -4,11 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages: Chromium for the demo-page browser test, extra fonts for synthetic pages.
+# System packages: Chromium for the demo-page browser test, extra fonts for synthetic pages,
+# qpdf for `qpdf --check` on exported PDFs (OCRmyPDF itself needs neither Tesseract nor
+# Ghostscript with the ocrforge plugin).
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    chromium fonts-dejavu-core fonts-wqy-zenhei >/dev/null
+    chromium fonts-dejavu-core fonts-wqy-zenhei qpdf >/dev/null
 fi
 
 python3 -m venv .venv
@@ -17,7 +19,7 @@ python -m pip install -q --upgrade pip
 # CPU build of PyTorch for the native-model parity tests (install it before the extras so
 # nothing pulls a CUDA build)
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[dev,quant,bench,serve]'
+python -m pip install -q -e '.[dev,quant,bench,serve,ocrmypdf]'
 # the layering contract (docs/ARCHITECTURE.md) and lint, then the tests
 lint-imports
 ruff check src tests benchmarks

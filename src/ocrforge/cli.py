@@ -78,7 +78,7 @@ def engine_config_from_args(args: argparse.Namespace):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ocrforge import __version__
+    from ocrforge.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="ocrforge", description="Fast local OCR (Chinese and English) on PP-OCR models."

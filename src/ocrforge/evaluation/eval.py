@@ -217,7 +217,7 @@ def engine_description(engine: OCR) -> dict[str, Any]:
     """The exact configuration of an engine, for reports: config, model files, versions."""
     import onnxruntime
 
-    from ocrforge import __version__
+    from ocrforge.version import __version__
 
     m = engine.models
     return {

@@ -25,19 +25,19 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartParser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ocrforge import __version__
 from ocrforge.config import bucket_det_limit
+from ocrforge.io.exporters import get_exporter
 from ocrforge.io.inputs import PageImage
 from ocrforge.server.admission import (
     PAGE_OVERHEAD,
@@ -52,9 +52,10 @@ from ocrforge.server.apidocs import add_offline_docs
 from ocrforge.server.batcher import Batcher, run_engine
 from ocrforge.server.decoding import PageStream, is_pdf, probe
 from ocrforge.server.errors import ApiError
-from ocrforge.server.formats import envelope, joined_text, markdown
+from ocrforge.server.formats import FORMATS, envelope, render
 from ocrforge.server.metrics import Metrics
 from ocrforge.server.settings import ServerSettings
+from ocrforge.version import __version__
 
 log = logging.getLogger("ocrforge.server")
 
@@ -77,7 +78,7 @@ OCR_OPENAPI: dict[str, Any] = {
                     "required": ["file"],
                     "properties": {
                         "file": {"type": "string", "format": "binary"},
-                        "format": {"type": "string", "enum": ["json", "text", "markdown"]},
+                        "format": {"type": "string", "enum": list(FORMATS)},
                         "det_limit": {"type": "integer"},
                         "cls": {"type": "boolean"},
                         "timeout": {"type": "number"},
@@ -403,8 +404,8 @@ def _options(fields: dict[str, str], fmt: str | None, det_limit: int | None, cls
         fmt = fields.get("format", "json").strip().lower() or "json"
     if fmt == "md":
         fmt = "markdown"
-    if fmt not in ("json", "text", "markdown"):
-        raise bad("format", f"must be json, text or markdown, not {fmt!r}")
+    if fmt not in FORMATS:
+        raise bad("format", f"must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if det_limit is None and fields.get("det_limit", "").strip():
         try:
             det_limit = int(fields["det_limit"])
@@ -532,8 +533,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
               openapi_extra=OCR_OPENAPI)
     async def ocr(
         request: Request,
-        format: Literal["json", "text", "markdown"] | None = Query(
-            None, description="json (default), text, or markdown"),
+        format: str | None = Query(
+            None, description="json (default), text, markdown, hocr, alto or pdf"),
         det_limit: int | None = Query(
             None, description="detection: long side limit in pixels, rounded up to one of "
             "320, 480, 640, 800, 960, 1280, 1600, 2048, 2560, 3200, 4096 (default: server's)"),
@@ -595,6 +596,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         del data
         job = batcher.open(key, reservation)
         decode_s: list[float] = []
+        # only formats that draw the page (pdf) keep the decoded images until the answer
+        images: list = []
+        keep_images = fmt != "json" and get_exporter(fmt).needs_images
         answered = False
         try:
             async with asyncio.timeout(max(0.0, limit_s - (time.perf_counter() - t0))):
@@ -607,6 +611,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                         if page is None:
                             break
                         decode_s.append(time.perf_counter() - t)
+                        if keep_images:
+                            images.append(page.image)
                         batcher.put(job, page)
                     finally:
                         if page is None:  # the slot's page never reached the queue
@@ -642,10 +648,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             "total": (t_end - t0) * 1000,
         }
         headers = {"Server-Timing": ", ".join(f"{k};dur={v:.1f}" for k, v in timings.items())}
-        if fmt == "text":
-            return PlainTextResponse(joined_text(pages) + "\n", headers=headers)
-        if fmt == "markdown":
-            return PlainTextResponse(markdown(pages), media_type="text/markdown", headers=headers)
+        if fmt != "json":
+            body, media_type = await asyncio.get_running_loop().run_in_executor(
+                state.decode_pool, render, pages, fmt, images,
+                settings.engine.limits.pdf_dpi if found.kind == "pdf" else None)
+            return Response(body, media_type=media_type, headers=headers)
         body = envelope(_request_id(request), source, found.kind, pages, timings,
                         {"pages": job.batch_pages, "requests": job.batch_requests})
         return JSONResponse(body, headers=headers)

@@ -1,18 +1,16 @@
-"""Response bodies: the JSON envelope, plain text and Markdown."""
+"""Response bodies: the JSON envelope, and every other format through the exporter registry."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from typing import Any
 
+from ocrforge.io.exporters import EXPORTERS, export, get_exporter
+from ocrforge.io.exporters.text import PAGE_SEPARATOR
 from ocrforge.result import Page
 
 RESPONSE_SCHEMA = "ocrforge.response/1"
-PAGE_SEPARATOR = "\f"  # between pages in "text", as pdftotext does
-
-_MD_INLINE = re.compile(r"([\\`*_\[\]<>|])")
-_MD_BLOCK = re.compile(r"^(\s*)([#+-])")  # would start a heading or list
-_MD_ORDERED = re.compile(r"^(\s*\d+)\.")
+FORMATS = ("json", *(f for f in EXPORTERS if f != "json"))  # json here is the envelope
 
 
 def joined_text(pages: list[Page]) -> str:
@@ -34,15 +32,14 @@ def envelope(request_id: str, source: str, kind: str, pages: list[Page],
 
 
 def markdown(pages: list[Page]) -> str:
-    """Each page's rows as Markdown lines (special characters escaped), pages split by rules."""
-    parts = []
-    for p in pages:
-        rows = [_escape(row) for row in p.text.split("\n") if row.strip()]
-        parts.append("  \n".join(rows))
-    return "\n\n---\n\n".join(parts) + "\n"
+    return export(pages, "markdown").decode("utf-8")
 
 
-def _escape(row: str) -> str:
-    row = _MD_INLINE.sub(r"\\\1", row)
-    row = _MD_BLOCK.sub(r"\1\\\2", row)
-    return _MD_ORDERED.sub(r"\1\\.", row)
+def render(pages: list[Page], fmt: str, images: Sequence[Any], pdf_dpi: float | None) -> tuple[bytes, str]:
+    """A non-JSON response body and its media type. ``pdf_dpi``: the resolution PDF input was
+    rendered at (None for images), so a PDF response keeps the input's page size."""
+    exporter = get_exporter(fmt)
+    if pdf_dpi:
+        for p in pages:
+            p.dpi = p.dpi or float(pdf_dpi)
+    return export(pages, fmt, images=images if exporter.needs_images else None), exporter.media_type

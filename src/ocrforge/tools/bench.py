@@ -377,7 +377,7 @@ def code_info() -> dict[str, Any]:
     """The ocrforge version and, in a git checkout, its commit and locally modified files."""
     import subprocess
 
-    from ocrforge import __version__
+    from ocrforge.version import __version__
 
     out: dict[str, Any] = {"ocrforge": __version__}
     root = Path(__file__).resolve().parents[3]

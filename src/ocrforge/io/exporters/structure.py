@@ -1,0 +1,209 @@
+"""What every exporter walks: regions in reading order, words of a line, and their geometry.
+
+The layout stage fills ``Page.blocks`` and ``Line.words``; exporters must also work without
+them. Fallbacks, in one place:
+
+- no blocks: every line is its own paragraph region, in page order;
+- blocks that leave lines out: the left-over lines follow as one-line paragraphs (text is
+  never dropped);
+- no words: the line is split at whitespace and its quad is divided along the baseline in
+  proportion to the characters (East Asian wide characters count double, as they are
+  about twice as wide as Latin ones); a line without whitespace is one word.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ocrforge.result import Block, Cell, Line, Page, Table, Word
+
+Quad = list[list[float]]
+BBox = tuple[float, float, float, float]
+
+_TOKEN = re.compile(r"\S+")
+# characters XML 1.0 cannot carry (C0 controls except tab/newline/CR, surrogates, FFFE/FFFF)
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+@dataclass
+class Region:
+    """A block to export: kind (one of result.BLOCK_KINDS), box, line indices, table."""
+
+    kind: str
+    bbox: BBox
+    lines: list[int]
+    table: Table | None = None
+
+
+def regions(page: Page) -> list[Region]:
+    """The page's blocks in reading order, with every line of the page in exactly one region
+    (table lines through their cells). Out-of-range line indices are ignored."""
+    n = len(page.lines)
+    if not page.blocks:
+        return [Region("paragraph", ln.bbox, [i]) for i, ln in enumerate(page.lines)]
+    out: list[Region] = []
+    seen: set[int] = set()
+    for b in page.blocks:
+        idx = [i for i in b.lines if 0 <= i < n and i not in seen]
+        seen.update(idx)
+        if b.table is not None:
+            for c in b.table.cells:
+                seen.update(i for i in c.lines if 0 <= i < n)
+        out.append(Region(b.kind, _bbox_of(b), idx, b.table))
+    out += [Region("paragraph", page.lines[i].bbox, [i]) for i in range(n) if i not in seen]
+    return out
+
+
+def _bbox_of(b: Block) -> BBox:
+    x0, y0, x1, y1 = (float(v) for v in b.bbox)
+    return min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)
+
+
+def table_lines(table: Table, page: Page) -> Iterator[int]:
+    """Line indices of a table, cell by cell in row-major order."""
+    n = len(page.lines)
+    for c in sorted(table.cells, key=lambda c: (c.row, c.col)):
+        yield from (i for i in c.lines if 0 <= i < n)
+
+
+def cell_text(cell: Cell, page: Page) -> str:
+    """A cell's text: its own ``text`` if the layout stage set it, else its lines joined."""
+    if cell.text:
+        return cell.text
+    n = len(page.lines)
+    return join_lines([page.lines[i].text for i in cell.lines if 0 <= i < n])
+
+
+def table_grid(table: Table, page: Page) -> list[list[str]]:
+    """rows x cols of cell text; a spanning cell's text sits in its top-left slot."""
+    rows = max([table.rows] + [c.row + 1 for c in table.cells])
+    cols = max([table.cols] + [c.col + 1 for c in table.cells])
+    grid = [[""] * cols for _ in range(rows)]
+    for c in table.cells:
+        if c.row >= 0 and c.col >= 0:
+            grid[c.row][c.col] = cell_text(c, page)
+    return grid
+
+
+def join_lines(texts: list[str]) -> str:
+    """Lines of one paragraph as running text: a space between them, none between two CJK
+    characters (Chinese does not put spaces at line breaks)."""
+    out = ""
+    for t in (t.strip() for t in texts):
+        if not t:
+            continue
+        if out and not (_is_wide(out[-1]) and _is_wide(t[0])):
+            out += " "
+        out += t
+    return out
+
+
+def _is_wide(ch: str) -> bool:
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def page_text(page: Page) -> str:
+    """Plain text in reading order. Without blocks this is ``Page.text`` (lines sharing a row
+    joined by a space); with blocks, each block's lines one per line, blocks separated by a
+    blank line, table rows as tab-separated cells."""
+    if not page.blocks:
+        return page.text
+    parts = []
+    for r in regions(page):
+        if r.table is not None:
+            parts.append("\n".join("\t".join(row) for row in table_grid(r.table, page)))
+        elif r.lines:
+            parts.append("\n".join(page.lines[i].text for i in r.lines))
+    return "\n\n".join(p for p in parts if p)
+
+
+# ------------------------------------------------------------------ words and geometry
+def words_of(line: Line) -> list[Word]:
+    """The line's words from the layout stage, or the proportional split described above."""
+    if line.words:
+        return line.words
+    return split_line(line)
+
+
+def reading_quad(poly: Quad, angle: int) -> Quad:
+    """A quad's corners starting where its text starts: for a line the orientation
+    classifier found upside down (angle 180) the text runs from the page's bottom-right corner
+    leftwards, so the corners turn by two."""
+    return [*poly[2:4], *poly[0:2]] if angle == 180 else poly
+
+
+def split_line(line: Line) -> list[Word]:
+    text = line.text
+    tokens = list(_TOKEN.finditer(text))
+    if len(tokens) <= 1:
+        poly = reading_quad([list(map(float, p)) for p in line.poly[:4]], line.angle)
+        return [Word(text.strip(), poly, line.score)] if tokens else []
+    weights = [2.0 if _is_wide(ch) else 1.0 for ch in text]
+    total = sum(weights)
+    cum = [0.0]
+    for w in weights:
+        cum.append(cum[-1] + w)
+    (p0, p1, p2, p3) = ([float(v) for v in p] for p in reading_quad(line.poly[:4], line.angle))
+    words = []
+    for m in tokens:
+        t0, t1 = cum[m.start()] / total, cum[m.end()] / total
+        words.append(Word(m.group(), [_lerp(p0, p1, t0), _lerp(p0, p1, t1), _lerp(p3, p2, t1),
+                                      _lerp(p3, p2, t0)], line.score))
+    return words
+
+
+def _lerp(a: list[float], b: list[float], t: float) -> list[float]:
+    return [a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t]
+
+
+def quad_bbox(poly: Quad) -> BBox:
+    xs = [float(p[0]) for p in poly]
+    ys = [float(p[1]) for p in poly]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def int_bbox(bbox: BBox, width: int, height: int) -> tuple[int, int, int, int]:
+    """A box rounded outwards to whole pixels and clipped to the page."""
+    x0, y0, x1, y1 = bbox
+    x0 = min(max(int(math.floor(x0)), 0), width)
+    y0 = min(max(int(math.floor(y0)), 0), height)
+    x1 = min(max(int(math.ceil(x1)), x0), width)
+    y1 = min(max(int(math.ceil(y1)), y0), height)
+    return x0, y0, x1, y1
+
+
+def union_bbox(boxes: list[BBox]) -> BBox:
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes),
+            max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+@dataclass
+class Baseline:
+    """A quad seen as text: origin at its bottom-left corner, unit direction along the
+    bottom edge (image coordinates, y down), length along it and height across it."""
+
+    origin: tuple[float, float]
+    direction: tuple[float, float]
+    length: float
+    height: float
+
+
+def baseline(poly: Quad) -> Baseline:
+    (p0, p1, p2, p3) = ([float(v) for v in p] for p in poly[:4])
+    dx = (p1[0] - p0[0] + p2[0] - p3[0]) / 2.0
+    dy = (p1[1] - p0[1] + p2[1] - p3[1]) / 2.0
+    length = math.hypot(dx, dy)
+    ux, uy = (dx / length, dy / length) if length > 1e-9 else (1.0, 0.0)
+    # height: distance of the top edge from the bottom edge, measured across the direction
+    h0 = abs((p3[0] - p0[0]) * -uy + (p3[1] - p0[1]) * ux)
+    h1 = abs((p2[0] - p1[0]) * -uy + (p2[1] - p1[1]) * ux)
+    return Baseline((p3[0], p3[1]), (ux, uy), length, (h0 + h1) / 2.0)
+
+
+def xml_text(s: str) -> str:
+    """Text with the characters XML cannot hold removed."""
+    return _XML_BAD.sub("", s)
