@@ -36,7 +36,7 @@ def _render(pages: list, fmt: str, cfg) -> bytes:
     if EXPORTERS[fmt].needs_images:
         from ocrforge.io.exporters.images import load_page_images
 
-        images = load_page_images(pages, pdf_dpi=cfg.pdf_dpi, max_pixels=cfg.max_pixels)
+        images = load_page_images(pages, pdf_dpi=cfg.limits.pdf_dpi, max_pixels=cfg.limits.max_pixels)
     return export(pages, fmt, images=images)
 
 
