@@ -5,9 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages: Chromium for the demo-page browser test, extra fonts for synthetic pages.
+# A held apt/dpkg lock (unattended-upgrades, another job) is waited for, not a failure.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  . scripts/apt-wait.sh
+  apt_get update -qq
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends \
     chromium fonts-dejavu-core fonts-wqy-zenhei >/dev/null
 fi
 
