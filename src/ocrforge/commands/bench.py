@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if not installed("matplotlib"):
         err.print(escape(f"note: no chart (bench.png): matplotlib is not installed; "
                          f"{install_hint(['matplotlib'])} adds it. The table is still printed."),
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     named = [s for s in args.profiles if "=" in s and not Path(s).exists()]
     bare = [s for s in args.profiles if s not in named]
     if len(bare) > 1:

