@@ -256,3 +256,22 @@ def test_apt_steps_wait_for_a_held_lock(tmp_path):
     script = (ROOT / "scripts" / "test.sh").read_text()
     assert ". scripts/apt-wait.sh" in script
     assert [ln for ln in script.splitlines() if "apt-get " in ln and "command -v" not in ln] == []
+
+
+# ---------------------------------------------------------------- 13: no build on load
+def test_unbuilt_precision_fails_fast_naming_the_build_command(tmp_path, monkeypatch):
+    from ocrforge import OCR
+    from ocrforge.models.artifacts import ArtifactMissing
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OCRFORGE_CACHE_DIR", str(cache))
+    with pytest.raises(ArtifactMissing, match=r"ocrforge build --precision int8 --role det"):
+        OCR(det_precision="int8")
+    img = _save(tmp_path / "p.png", "Hotel 888")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OCRFORGE_CACHE_DIR": str(cache)}
+    # the old `read` built INT8 models for minutes before refusing: 120 s is plenty to fail fast
+    r = subprocess.run([sys.executable, "-m", "ocrforge.cli", "read", str(img), "--precision", "int8"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "ocrforge build --precision int8 --role det" in r.stderr and "Traceback" not in r.stderr
+    assert not [p for p in cache.rglob("*") if p.is_file()], "nothing may be built or cached"
