@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _cells(r: dict) -> list[str]:
     name = r["model_set"] + (" (default)" if r["default"] else "")
     size = f"{r['size'] / 1e6:.2f} MB" if r["size"] else "-"
-    return [name, r["role"], r["file"], size, r["status"], r["path"] or "-"]
+    status = r["status"] + (" (optional)" if r["optional"] and r["status"] == "missing" else "")
+    return [name, r["role"], r["file"], size, status, r["path"] or "-"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,4 +48,5 @@ def run(args: argparse.Namespace) -> int:
             c[4] = f"[{style}]{c[4]}[/]"
             t.add_row(*c)
         Console().print(t)
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(r["status"] == "ok" or (r["optional"] and r["status"] == "missing")
+                    for r in rows) else 1
