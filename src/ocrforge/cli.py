@@ -48,6 +48,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cls", dest="use_cls", action="store_true", default=None,
                    help="turn on the 0/180 text-line orientation classifier "
                    f"(default {'on' if d.cls.enabled else 'off'})")
+    g.add_argument("--page-orientation", action=argparse.BooleanOptionalAction, default=None,
+                   help="turn pages given at 90/180/270 degrees upright before detection "
+                   f"(default {'on' if d.cls.page_orientation else 'off'})")
     g.add_argument("--rec-batch", type=int, help="recognition batch size (default "
                    f"{d.rec_batch()} on the CPU, "
                    f"{d.with_(device='cuda').rec_batch()} on a GPU)")
@@ -85,6 +88,8 @@ def engine_config_from_args(args: argparse.Namespace):
         ch["det_limit_side"] = args.det_limit
     if getattr(args, "use_cls", None):
         ch["use_cls"] = True
+    if getattr(args, "page_orientation", None) is not None:
+        ch["page_orientation"] = args.page_orientation
     if getattr(args, "rec_batch", None):
         ch["rec_batch_size"] = args.rec_batch
     if getattr(args, "drop_score", None) is not None:
