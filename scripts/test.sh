@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 
 # System packages: Chromium for the demo-page browser test, extra fonts for synthetic pages,
 # qpdf for `qpdf --check` on exported PDFs (OCRmyPDF itself needs neither Tesseract nor
-# Ghostscript with the ocrforge plugin).
+# Ghostscript with the ocrforge plugin). A held apt/dpkg lock (unattended-upgrades, another
+# job) is waited for, not a failure.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  . scripts/apt-wait.sh
+  apt_get update -qq
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends \
     chromium fonts-dejavu-core fonts-wqy-zenhei qpdf >/dev/null
 fi
 

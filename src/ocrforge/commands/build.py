@@ -57,11 +57,26 @@ def _roles(spec: str) -> list[str]:
     return roles
 
 
+def _require_extras(args: argparse.Namespace) -> None:
+    """Everything the build will import, checked before any work: onnx (+ onnxconverter-common
+    for FP16) from 'quant', and fontTools from 'bench' when synthetic pages are generated
+    (static INT8 without --calibration, no --eval for the accuracy guard, or --sweep)."""
+    from ocrforge.extras import require
+
+    mods = ["onnx"] + (["onnxconverter_common"] if args.build_precision == "fp16" else [])
+    needs_calib = args.build_precision == "int8" and not args.calibration
+    synthetic = not args.model and not args.list_groups and (needs_calib or not args.eval or args.sweep)
+    if synthetic:
+        mods.append("fontTools")
+    require("ocrforge build", mods)
+
+
 def run(args: argparse.Namespace) -> int:
     # --precision (an engine option) names the artifact precision here
     args.build_precision = args.precision or "int8"
     if args.build_precision not in ("int8", "int8-dynamic", "fp16"):
         raise ValueError(f"--precision for build must be int8, int8-dynamic or fp16, not {args.build_precision!r}")
+    _require_extras(args)
     if args.model:
         from ocrforge.optimize.compare import run_generic
 

@@ -28,15 +28,16 @@ def _pct(v: Any) -> str:
 
 
 def results_table(res: dict[str, Any], title: str):
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=title)
+    t = Table(title=escape(title))
     for col in ("group", "pages", "ref lines", "CER %", "CER aligned %", "CER no-space %", "det P %",
                 "det R %", "det F1 %", "line acc %"):
         t.add_column(col, justify="left" if col == "group" else "right")
 
     def row(name: str, g: dict[str, Any], style: str | None = None) -> None:
-        t.add_row(name, str(g["pages"]), str(g["lines"]), _pct(g["cer"]), _pct(g["cer_aligned"]),
+        t.add_row(escape(name), str(g["pages"]), str(g["lines"]), _pct(g["cer"]), _pct(g["cer_aligned"]),
                   _pct(g["cer_nospace"]),
                   _pct(g["det_precision"]), _pct(g["det_recall"]), _pct(g["det_f1"]),
                   _pct(g["line_acc"]), style=style)
@@ -51,6 +52,7 @@ def results_table(res: dict[str, Any], title: str):
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from ocrforge.config import atomic_write_text
@@ -62,25 +64,26 @@ def run(args: argparse.Namespace) -> int:
     res = evaluate(engine, args.dataset, args.limit, casefold=args.casefold, batch=not args.single)
     con = Console(width=max(Console().width, 120))
     desc = res["config"]
-    con.print(f"[bold]configuration[/] (ocrforge {desc['ocrforge']}, onnxruntime {desc['onnxruntime']}):")
-    con.print(json.dumps(desc["engine_config"], sort_keys=True), highlight=False, soft_wrap=True)
-    con.print("model files: " + ", ".join(f"{k}={v}" for k, v in desc["model_files"].items()),
+    con.print("[bold]configuration[/] " + escape(f"(ocrforge {desc['ocrforge']}, onnxruntime {desc['onnxruntime']}):"))
+    con.print(escape(json.dumps(desc["engine_config"], sort_keys=True)), highlight=False, soft_wrap=True)
+    con.print(escape("model files: " + ", ".join(f"{k}={v}" for k, v in desc["model_files"].items())),
               highlight=False, soft_wrap=True)
     o = res["options"]
-    con.print(f"scoring: {o['normalisation']}; case-insensitive: {o['casefold']} "
-              f"(auto = kinds {', '.join(o['casefold_kinds'])}); detection IoU >= {o['iou']}; "
-              f"{'read_many' if not args.single else 'read()'}; {res['elapsed_s']:.1f} s", highlight=False)
+    con.print(escape(f"scoring: {o['normalisation']}; case-insensitive: {o['casefold']} "
+                     f"(auto = kinds {', '.join(o['casefold_kinds'])}); detection IoU >= {o['iou']}; "
+                     f"{'read_many' if not args.single else 'read()'}; {res['elapsed_s']:.1f} s"),
+              highlight=False)
     con.print(results_table(res, f"ocrforge eval {args.dataset}"))
     if args.per_page:
         t = Table(title="per page")
         for col in ("image", "lang", "kind", "CER %", "ref chars", "TP", "FP", "FN", "correct", "error"):
             t.add_column(col)
         for s in res["pages"]:
-            t.add_row(s["image"], s["lang"], s["kind"], _pct(s["cer"]), str(s["ref_chars"]),
+            t.add_row(escape(s["image"]), escape(s["lang"]), escape(s["kind"]), _pct(s["cer"]), str(s["ref_chars"]),
                       *(str(s.get(k, "-")) for k in ("tp", "fp", "fn", "correct_lines")),
-                      s["error"] or "")
+                      escape(s["error"] or ""))
         con.print(t)
     if args.json:
         atomic_write_text(args.json, json.dumps(res, ensure_ascii=False, indent=2) + "\n")
-        con.print(f"wrote {args.json}")
+        con.print(escape(f"wrote {args.json}"), highlight=False)
     return 1 if res["overall"]["errors"] else 0

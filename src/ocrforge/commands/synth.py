@@ -25,18 +25,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from ocrforge.evaluation.synth import find_fonts, generate
 
     err = Console(stderr=True)
     fonts = find_fonts(args.fonts)
-    err.print("fonts: " + ", ".join(f.name for f in fonts), highlight=False)
+    err.print(escape("fonts: " + ", ".join(f.name for f in fonts)), highlight=False)
     t0 = time.perf_counter()
     with Progress(TextColumn("synth"), BarColumn(), MofNCompleteColumn(), console=err) as prog:
         task = prog.add_task("synth", total=args.pages)
         generate(args.out, args.pages, args.seed, lang=args.lang, kind=args.kind, min_lines=args.min_lines,
                  clean=args.clean, fonts=args.fonts,
                  progress=lambda n: prog.update(task, completed=n))
-    err.print(f"wrote {args.pages} pages to {args.out} in {time.perf_counter() - t0:.1f} s", highlight=False)
+    err.print(escape(f"wrote {args.pages} pages to {args.out} in {time.perf_counter() - t0:.1f} s"),
+              highlight=False)
     return 0

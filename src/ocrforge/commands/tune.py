@@ -36,6 +36,13 @@ def run(args: argparse.Namespace) -> int:
     bad = [a for a in axes if a not in AXES]
     if bad:
         raise ValueError(f"unknown axes {bad}; known: {', '.join(AXES)}")
+    from ocrforge.extras import require
+
+    # before any work: INT8 candidates are built (onnx), synthetic pages need fontTools
+    if not args.dataset:
+        require("ocrforge tune without a dataset (synthetic pages)", ["fontTools"])
+    if "precision" in axes:
+        require("ocrforge tune's precision axis (or leave it out with --axes)", ["onnx"])
     dataset = args.dataset or str(synth_dir(3001, args.pages))
     limit = args.pages if args.dataset else None
     start = engine_config_from_args(args)

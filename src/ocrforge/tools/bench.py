@@ -709,10 +709,16 @@ def chart_png(report: dict[str, Any]) -> bytes:
 
 
 def write_outputs(report: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    """bench.json, bench.md and bench.png in out_dir, each written atomically."""
+    """bench.json, bench.md and bench.png in out_dir, each written atomically (no bench.png
+    without matplotlib: the 'bench' extra)."""
+    from ocrforge.extras import installed
+
     out = Path(out_dir)
     paths = {"json": out / "bench.json", "md": out / "bench.md", "png": out / "bench.png"}
     atomic_write_text(paths["json"], json.dumps(report, ensure_ascii=False, indent=2) + "\n")
     atomic_write_text(paths["md"], markdown(report))
-    atomic_write_bytes(paths["png"], chart_png(report))
+    if installed("matplotlib"):
+        atomic_write_bytes(paths["png"], chart_png(report))
+    else:
+        del paths["png"]
     return paths

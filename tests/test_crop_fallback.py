@@ -1,0 +1,51 @@
+"""Issue 14 item 11: a tight crop of one word reads as that word, not as nothing.
+
+Zero-margin crops of one rendered word: the detector finds no box in them, so before the
+crop fallback (``rec.crop_fallback``) the page came back empty.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import font_path
+from PIL import Image, ImageDraw, ImageFont
+
+from ocrforge import OCR
+from ocrforge.core import looks_like_crop
+
+
+def tight_crop(word: str, size: int) -> np.ndarray:
+    """BGR crop of a rendered word cut at its ink, no margin (what a word-box export gives)."""
+    font = ImageFont.truetype(font_path(), size)
+    img = Image.new("RGB", (size * len(word) + 40, size * 2 + 40), "white")
+    ImageDraw.Draw(img).text((20, 20), word, font=font, fill="black")
+    ink = np.asarray(img.convert("L")) < 128
+    ys, xs = np.where(ink)
+    crop = img.crop((xs.min(), ys.min(), xs.max() + 1, ys.max() + 1))
+    return np.asarray(crop)[:, :, ::-1].copy()
+
+
+@pytest.fixture(scope="module")
+def no_fallback():
+    return OCR(crop_fallback=False)
+
+
+@pytest.mark.parametrize(("word", "size", "turn"), [
+    ("Coffee", 16, 0),    # 47 x 10 px
+    ("AB12CD", 16, 0),
+    ("收据", 80, 0),       # a large tight crop: 144 x 73 px
+    ("Coffee", 24, 3),    # tall: the word turned 90 degrees clockwise, 16 x 69 px
+])
+def test_tight_word_crop_reads_as_the_word(engine, no_fallback, word, size, turn):
+    crop = np.ascontiguousarray(np.rot90(tight_crop(word, size), turn))
+    assert no_fallback.read(crop).text == "", "the detector alone finds this crop: not a fallback case"
+    page = engine.read(crop)
+    assert page.text == word
+    h, w = crop.shape[:2]
+    assert len(page.lines) == 1 and page.lines[0].poly == [[0, 0], [w, 0], [w, h], [0, h]]
+
+
+def test_pages_keep_their_detected_lines(engine):
+    assert not looks_like_crop(600, 800, 0) and not looks_like_crop(400, 300, 5)
+    assert looks_like_crop(20, 60, 3) and looks_like_crop(200, 200, 0)
