@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 SCHEMA = "ocrforge.page/1"
 
 
@@ -120,8 +122,6 @@ class Page:
     def input_poly(self, poly: list[list[float]]) -> list[list[float]]:
         """A poly of this page in the pixels of the image as it was given (differs from
         ``poly`` only when page orientation turned the page: ``rotation`` != 0)."""
-        from ocrforge.stages.page_orientation import to_input_frame
-
         return to_input_frame(poly, self.rotation, self.width, self.height).tolist()
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,3 +165,19 @@ def _same_row(a: Line, b: Line) -> bool:
 
 def _round_poly(poly: list[list[float]]) -> list[list[float]]:
     return [[round(float(x), 1), round(float(y), 1)] for x, y in poly]
+
+
+def to_input_frame(points: np.ndarray, angle: int, width: int, height: int) -> np.ndarray:
+    """Map k x 2 points of the upright page (``width`` x ``height``) back to the pixels of the
+    page as it was given (the upright page turned clockwise by ``angle``)."""
+    p = np.asarray(points, np.float64)
+    x, y = p[..., 0], p[..., 1]
+    if angle == 0:
+        return p.copy()
+    if angle == 90:  # turned clockwise: upright (x, y) lands at (H - y, x)
+        return np.stack([height - y, x], axis=-1)
+    if angle == 180:
+        return np.stack([width - x, height - y], axis=-1)
+    if angle == 270:
+        return np.stack([y, width - x], axis=-1)
+    raise ValueError(f"angle must be one of (0, 90, 180, 270), not {angle}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from ocrforge.result import to_input_frame  # noqa: F401  (geometry lives with the result)
+
 ANGLES = (0, 90, 180, 270)  # output order of the network
 SIZE = 224
 # a page is turned only when the winning class has at least this probability: measured on
@@ -70,17 +72,3 @@ def upright(image: np.ndarray, angle: int) -> np.ndarray:
     return cv2.rotate(image, _UNDO[angle])
 
 
-def to_input_frame(points: np.ndarray, angle: int, width: int, height: int) -> np.ndarray:
-    """Map k x 2 points of the upright page (``width`` x ``height``) back to the pixels of the
-    page as it was given (the upright page turned clockwise by ``angle``)."""
-    p = np.asarray(points, np.float64)
-    x, y = p[..., 0], p[..., 1]
-    if angle == 0:
-        return p.copy()
-    if angle == 90:  # turned clockwise: upright (x, y) lands at (H - y, x)
-        return np.stack([height - y, x], axis=-1)
-    if angle == 180:
-        return np.stack([width - x, height - y], axis=-1)
-    if angle == 270:
-        return np.stack([y, width - x], axis=-1)
-    raise ValueError(f"angle must be one of {ANGLES}, not {angle}")
