@@ -17,5 +17,5 @@ python -m pip install -q --upgrade pip
 # CPU build of PyTorch for the native-model parity tests (install it before the extras so
 # nothing pulls a CUDA build)
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[dev,quant,bench,serve]'
+python -m pip install -q -e '.[dev,quant,bench,serve,ray]'
 python -m pytest -q -p no:cacheprovider "$@"
