@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -114,18 +115,30 @@ class OCRActor:
         docs = np.full(len(kinds), "", dtype=object)
         texts = np.full(len(kinds), "", dtype=object)
         errors = np.array([str(e) for e in batch["error"]], dtype=object)
-        if todo:
-            # batch_pages=1: a page's result must not depend on its neighbours (see jobs.local)
-            pages = self.engine.read_many([batch["image"][i] for i in todo], batch_pages=1)
-            for i, page in zip(todo, pages, strict=True):
-                if page.ok:
-                    page.source, page.page_index = str(batch["source"][i]), int(batch["page"][i])
-                    docs[i] = json.dumps(page.to_dict(), ensure_ascii=False)
-                    texts[i] = page.text
-                else:
-                    errors[i] = page.error or "failed"
+        ocr_s = np.zeros(len(kinds), dtype=np.float64)
+        for i in todo:
+            # One page at a time on the calling thread: the actor uses the CPUs it reserved
+            # (ONNX Runtime's intra-op threads) and no more; the engine's page pipeline would
+            # overlap detection and recognition on extra cores, which here belong to other
+            # actors. A page read alone is also what the local job does (see jobs.local).
+            t0 = time.perf_counter()
+            try:
+                page = self.engine.read(batch["image"][i])
+            except Exception as e:  # this page's failure, not the actor's
+                errors[i] = f"{type(e).__name__}: {e}"
+                continue
+            finally:
+                ocr_s[i] = time.perf_counter() - t0
+            if page.ok:
+                page.source, page.page_index = str(batch["source"][i]), int(batch["page"][i])
+                docs[i] = json.dumps(page.to_dict(), ensure_ascii=False)
+                texts[i] = page.text
+            else:
+                errors[i] = page.error or "failed"
         out = {k: v for k, v in batch.items() if k != "image"}
-        out.update(doc=docs, text=texts, error=errors,
+        # CPU seconds this actor process has used so far (for measurements: benchmarks/)
+        cpu = np.full(len(kinds), time.process_time(), dtype=np.float64)
+        out.update(doc=docs, text=texts, error=errors, ocr_s=ocr_s, process_cpu_s=cpu,
                    worker=np.full(len(kinds), self.worker, dtype=object))
         return out
 
@@ -215,8 +228,6 @@ def read_dataset(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
 def _run(store: PageStore, files: list[str], root: Any, cfg: Any, num_actors: int,
          num_cpus: float, num_gpus: float, batch_size: int, progress: bool,
          actor_options: dict[str, Any] | None) -> JobSummary:
-    import time
-
     expected = {f: count_pages(f) for f in files}
     bar = JobProgress(sum(expected.values()), enabled=progress)
     rec = JobRecorder(store, bar, expected)
@@ -257,8 +268,10 @@ def _record(rec: JobRecorder, row: dict[str, Any]) -> None:
     if kind == "page":
         worker = json.loads(str(row["worker"]))
         w = rec.summary.workers.setdefault(worker["actor_id"] or str(worker["pid"]),
-                                           {**worker, "pages": 0})
+                                           {**worker, "pages": 0, "busy_s": 0.0})
         w["pages"] += 1
+        w["busy_s"] += float(row["ocr_s"])  # seconds inside engine.read
+        w["process_cpu_s"] = max(w.get("process_cpu_s", 0.0), float(row["process_cpu_s"]))
         if error:
             rec.on_page_error(source=source, rel=rel, page=page, sha256=sha, error=error)
         else:
