@@ -213,7 +213,10 @@ def read_dataset(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     root = input_root(srcs)
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        if address and address.startswith("ray://"):
+            ray.init(address=address)  # Ray Client: only the address (pip install 'ray[client]')
+        else:
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
         started = True
     try:
         _check_resources(num_actors, num_cpus_per_actor, num_gpus_per_actor)
