@@ -12,6 +12,7 @@ import sys
 
 COMMANDS = [
     "ocrforge.commands.read",
+    "ocrforge.commands.batch",
     "ocrforge.commands.models",
     "ocrforge.commands.eval",
     "ocrforge.commands.synth",
