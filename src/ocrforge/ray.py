@@ -156,8 +156,8 @@ def ocr_dataset(paths: Sequence[str], *, plan: dict[str, tuple[str, str]], confi
     ``plan`` maps each absolute input path to (source as reported, relative output name).
     Rows with ``kind == "page"`` carry ``doc`` (the page JSON) and ``text``.
     """
-    limits = dict(pdf_dpi=config.pdf_dpi, max_pixels=config.max_pixels,
-                  max_pdf_pages=config.max_pdf_pages)
+    limits = dict(pdf_dpi=config.limits.pdf_dpi, max_pixels=config.limits.max_pixels,
+                  max_pdf_pages=config.limits.max_pdf_pages)
     threads = max(1, int(num_cpus_per_actor))
     # Small blocks: a block goes to one actor whole, so with Ray's default (128 MiB) a
     # 150-page PDF would be one block read by one actor while the others idle. At 1 MiB a

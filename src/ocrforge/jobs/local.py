@@ -49,7 +49,7 @@ def run_job(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.Path
     if engine is None:
         engine = OCR(config) if config is not None else OCR()
     cfg = engine.config
-    limits = dict(pdf_dpi=cfg.pdf_dpi, max_pixels=cfg.max_pixels, max_pdf_pages=cfg.max_pdf_pages)
+    limits = dict(pdf_dpi=cfg.limits.pdf_dpi, max_pixels=cfg.limits.max_pixels, max_pdf_pages=cfg.limits.max_pdf_pages)
     with PageStore(output_dir, config_hash(cfg)) as store:
         expected = {f: count_pages(f) for f in files}
         events: queue.Queue = queue.Queue()
