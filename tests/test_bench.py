@@ -48,16 +48,17 @@ def tiny_set(tmp_path_factory) -> Path:
 def test_parse_config_spec():
     e = parse_config_spec("fast=rec_batch_size=8,drop_score=0.3,use_cls=true,providers=cpu")
     assert e.name == "fast" and e.kind == "ocrforge"
-    assert (e.config["rec_batch_size"], e.config["drop_score"], e.config["use_cls"]) == (8, 0.3, True)
-    assert e.config["providers"] == ["cpu"]
-    assert parse_config_spec("plain").config["rec_batch_size"] == 16
+    c = e.config  # the nested EngineConfig as a dict
+    assert (c["rec"]["batch_size"], c["rec"]["drop_score"], c["cls"]["enabled"]) == (8, 0.3, True)
+    assert c["runtime"]["providers"] == ["cpu"]
+    assert parse_config_spec("plain").config["rec"]["batch_size"] is None  # auto: 16 on the CPU
     assert parse_value("a|b") == ["a", "b"] and parse_value("none") is None
     with pytest.raises(ValueError, match="unknown key"):
         parse_config_spec("x=no_such_knob=1")
     with pytest.raises(ValueError, match="key=val"):
         parse_config_spec("x=rec_batch_size")
     with pytest.raises(ValueError):
-        parse_config_spec("x=rec_batch_size=0")  # EngineConfig.validate
+        parse_config_spec("x=rec_batch_size=0")  # pydantic validation
 
 
 def test_real_tiny_matrix(tiny_set, tmp_path):
@@ -88,7 +89,7 @@ def test_real_tiny_matrix(tiny_set, tmp_path):
     assert ents["b"]["ratios"]["pages_per_s"] == pytest.approx(1.0)
     assert ents["a"]["ratios"]["pages_per_s"] == pytest.approx(
         ents["a"]["metrics"]["pages_per_s"] / ents["b"]["metrics"]["pages_per_s"])
-    assert ents["b"]["config"]["det_limit_side"] == 640
+    assert ents["b"]["config"]["det"]["limit_side"] == 640
 
     paths = write_outputs(report, tmp_path / "out")
     data = json.loads(paths["json"].read_text(encoding="utf-8"))

@@ -102,11 +102,10 @@ def parse_config_spec(spec: str, base: EngineConfig | None = None) -> Entry:
         if key == "providers" and isinstance(val_p, str):
             val_p = [val_p]
         changes[key] = val_p
-    known = set(EngineConfig.__dataclass_fields__)
-    unknown = sorted(set(changes) - known)
-    if unknown:
-        raise ValueError(f"--config {spec!r}: unknown key(s) {', '.join(unknown)}")
-    cfg = base.with_(**changes) if changes else base
+    try:
+        cfg = base.with_(**changes) if changes else base
+    except ValueError as e:  # ConfigError: names the unknown key or bad value
+        raise ValueError(f"--config {spec!r}: {e}") from None
     return Entry(name, "ocrforge", cfg.to_dict(), source=spec)
 
 
