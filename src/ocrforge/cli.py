@@ -54,7 +54,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    f"(default {'on' if d.cls.page_orientation else 'off'})")
     g.add_argument("--rec-batch", type=int, help="recognition batch size (default "
                    f"{d.rec_batch()} on the CPU, "
-                   f"{d.with_(device='cuda').rec_batch()} on a GPU)")
+                   f"{d.with_(runtime='torch', device='cuda').rec_batch()} on a GPU)")
     g.add_argument("--drop-score", type=float, help="drop lines below this confidence "
                    f"(default {d.rec.drop_score})")
 
