@@ -49,6 +49,9 @@ class OCR:
         self.det_rt = build_runtime("det", self.models.det, cfg)
         self.rec_rt = build_runtime("rec", self.models.rec, cfg)
         self.cls_rt = build_runtime("cls", self.models.cls, cfg) if cfg.use_cls else None
+        # keyword options of ocrforge.layout.analyze, or None: no layout stage (ocr_images only;
+        # a stop-gap until the core runner calls the layout stage from the config)
+        self.layout: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- public API
     def read(self, item: Any, *, rgb: bool = False) -> Page:
@@ -117,9 +120,9 @@ class OCR:
                 tm["det_post"] = (t3 - t2) / n
         return out
 
-    def recognize(self, crops: list[np.ndarray]) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """Text and score per crop; crops are batched by similar width."""
-        results: list[tuple[str, float]] = [("", 0.0)] * len(crops)
+    def recognize(self, crops: list[np.ndarray], steps: bool = False) -> tuple[list[Any], dict[str, float]]:
+        """Text and score per crop (CharSteps with ``steps``); crops are batched by similar width."""
+        results: list[Any] = [("", 0.0)] * len(crops)
         tm = {"rec_prep": 0.0, "rec_infer": 0.0, "rec_post": 0.0}
         for group in width_buckets(crops, self.config.rec_batch_size):
             t0 = time.perf_counter()
@@ -127,7 +130,9 @@ class OCR:
             t1 = time.perf_counter()
             probs = self.rec_rt.run(batch)
             t2 = time.perf_counter()
-            for i, r in zip(group, self.ctc(probs), strict=True):
+            decoded = (self.ctc.decode_steps(probs, [self.rec_prep.target_width(crops[i]) for i in group],
+                                             batch.shape[3]) if steps else self.ctc(probs))
+            for i, r in zip(group, decoded, strict=True):
                 results[i] = r
             t3 = time.perf_counter()
             tm["rec_prep"] += t1 - t0
@@ -166,16 +171,19 @@ class OCR:
         t0 = time.perf_counter()
         angles = self.orient(crops)
         cls_s = time.perf_counter() - t0
-        texts, rec_tm = self.recognize(crops)
+        texts, rec_tm = self.recognize(crops, steps=self.layout is not None)
+        steps: list[list[Any]] = [[] for _ in pages]
         # shared batch costs are split over pages by their share of crops
         counts = [len(q) for q in quads]
         total = max(sum(counts), 1)
         lines: list[list[Line]] = [[] for _ in pages]
         drop = self.config.drop_score
-        for (pi, q), (text, score), angle in zip(owner, texts, angles, strict=True):
+        for (pi, q), r, angle in zip(owner, texts, angles, strict=True):
+            text, score = (r.text, r.score) if self.layout is not None else r
             if score < drop or not text.strip():
                 continue
             lines[pi].append(Line(text, q.tolist(), score, angle))
+            steps[pi].append(r)
         result = []
         for pi, p in enumerate(pages):
             share = counts[pi] / total
@@ -184,7 +192,14 @@ class OCR:
             for k, v in rec_tm.items():
                 tm[k] = v * share
             h, w = p.image.shape[:2]
-            result.append(Page(lines[pi], w, h, p.source, p.index, tm))
+            page = Page(lines[pi], w, h, p.source, p.index, tm)
+            if self.layout is not None:
+                from ocrforge.layout import analyze
+
+                t0 = time.perf_counter()
+                page = analyze(page, image=p.image, steps=steps[pi], **self.layout)
+                tm["layout"] = time.perf_counter() - t0
+            result.append(page)
         return result
 
 
