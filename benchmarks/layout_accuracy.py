@@ -35,6 +35,7 @@ from ocrforge import OCR
 from ocrforge.evaluation.dataset import Record, load_dataset
 from ocrforge.evaluation.eval import score_pages
 from ocrforge.evaluation.metrics import cell_f1
+from ocrforge.io.inputs import iter_pages
 from ocrforge.layout.words import SpaceRule
 
 VARIANTS = {
@@ -53,7 +54,7 @@ def capture(records: list[Record]) -> list[dict[str, Any]]:
     kept: list[dict[str, Any]] = []
 
     def keep(page, *, image=None, steps=None, **_):
-        kept.append({"page": copy.deepcopy(page), "image": image, "steps": steps})
+        kept.append({"page": copy.deepcopy(page), "steps": steps})  # the image is decoded again later
         return page
 
     layout.analyze = keep
@@ -96,10 +97,11 @@ def table_scores(rec: Record, page) -> dict[str, int]:
 def run_variant(records: list[Record], captured: list[dict[str, Any]], options: dict | None,
                 ref_order: str) -> dict[str, Any]:
     pages = []
-    for c in captured:
+    for r, c in zip(records, captured, strict=True):
         page = copy.deepcopy(c["page"])
         if options is not None:
-            layout.analyze(page, image=c["image"], steps=c["steps"], **options)
+            image = next(iter_pages(str(r.image))).image
+            layout.analyze(page, image=image, steps=c["steps"], **options)
         pages.append(page)
     res = score_pages(records, pages, ref_order=ref_order)
     tabs = [table_scores(r, p) for r, p in zip(records, pages, strict=True)]

@@ -219,11 +219,20 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
         if float(np.median(widths)) / pw >= 0.7:
             continue
         # short, ragged lines: columns only if they do not pair up row by row with a neighbour
-        neighbours = [q for j, q in enumerate(lines) if abs(j - k) == 1]
-        paired = sum(1 for i in p if any(_overlap_y(b[i], b[j]) for q in neighbours for j in q))
-        if paired > 0.4 * len(p):
+        others = [j for i, q in enumerate(lines) if abs(i - k) == 1 for j in q]
+        if _paired(b[p], b[others]) > 0.4 * len(p):
             return False
     return True
+
+
+def _paired(a: np.ndarray, c: np.ndarray) -> int:
+    """How many boxes of ``a`` share a row (vertical overlap over half the lower one) with a box
+    of ``c``."""
+    if not len(a) or not len(c):
+        return 0
+    ov = np.minimum(a[:, None, 3], c[None, :, 3]) - np.maximum(a[:, None, 1], c[None, :, 1])
+    low = np.minimum((a[:, 3] - a[:, 1])[:, None], (c[:, 3] - c[:, 1])[None, :])
+    return int((ov > 0.5 * low).any(axis=1).sum())
 
 
 def _overlap_y(a: np.ndarray, c: np.ndarray) -> bool:

@@ -75,7 +75,9 @@ def group_rows(boxes: np.ndarray, ids: Sequence[int] | None = None) -> list[list
     spans: list[list[float]] = []  # running [y0, y1] of each row
     for i in sorted(ids, key=lambda k: (boxes[k, 1] + boxes[k, 3]) * 0.5):
         b = boxes[i]
-        for r, (y0, y1) in enumerate(spans):
+        # boxes come by their centres, so only the last few rows can still overlap this one
+        for r in range(len(spans) - 1, max(len(spans) - 9, -1), -1):
+            y0, y1 = spans[r]
             overlap = min(y1, b[3]) - max(y0, b[1])
             if overlap > 0.5 * min(y1 - y0, b[3] - b[1]):
                 rows[r].append(i)

@@ -129,8 +129,11 @@ class CTCDecoder:
 def _gap_max(p: np.ndarray, after: np.ndarray, before: np.ndarray) -> np.ndarray:
     """max(p[a+1 : b]) for every pair (a, b); 0 where the range is empty."""
     out = np.zeros(len(after), np.float32)
-    for k in np.flatnonzero(before > after + 1):
-        out[k] = p[after[k] + 1 : before[k]].max()
+    k = np.flatnonzero(before > after + 1)
+    if len(k):
+        # the ranges are disjoint and increasing: one reduceat over [start, end) pairs
+        bounds = np.stack([after[k] + 1, before[k]], 1).ravel()
+        out[k] = np.maximum.reduceat(np.append(p, 0.0), bounds)[::2]
     return out
 
 
