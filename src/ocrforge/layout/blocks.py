@@ -8,38 +8,37 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ocrforge.layout.rows import group_rows
+
 _BULLET = re.compile(r"^\s*([•·▪◦●○■□\-–—*]|\(?\d{1,2}[.)]|\(?[a-zA-Z][.)]|[（(][一二三四五六七八九十\d]+[)）]|[一二三四五六七八九十]+、)\s*")
 
 
 def headers_footers(boxes: np.ndarray, ids: Sequence[int], page_height: float,
                     body_height: float) -> tuple[list[int], list[int]]:
-    """Units in a thin band at the top (bottom) of the page, in small text, set apart from the
-    rest by a clear gap: running headers (footers, page numbers)."""
+    """The first (last) row of the page when it lies in a thin band at the top (bottom), is in
+    text no larger than the body's and is set apart from the rest by a clear gap: a running
+    header (footer, page number)."""
     ids = list(ids)
     if len(ids) < 4 or page_height <= 0:
         return [], []
     h = body_height
+    rows = group_rows(boxes, ids)
 
-    def band(top: bool) -> list[int]:
-        edge = 0.12 * page_height
+    def band(row: list[int], rest: list[int], top: bool) -> list[int]:
+        if len(row) > 4 or len(rest) < 3:
+            return []
         if top:
-            cand = [i for i in ids if boxes[i, 3] <= edge]
-            rest = [i for i in ids if i not in cand]
-            gap = (boxes[rest, 1].min() - boxes[cand, 3].max()) if cand and rest else 0
+            inside = boxes[row, 3].max() <= 0.12 * page_height
+            gap = boxes[rest, 1].min() - boxes[row, 3].max()
         else:
-            cand = [i for i in ids if boxes[i, 1] >= page_height - edge]
-            rest = [i for i in ids if i not in cand]
-            gap = (boxes[cand, 1].min() - boxes[rest, 3].max()) if cand and rest else 0
-        if not cand or len(cand) > 4 or len(rest) < 3 or gap < 1.2 * h:
-            return []
-        heights = boxes[cand, 3] - boxes[cand, 1]
-        if np.median(heights) > 1.25 * h or np.ptp(boxes[cand, 1]) > 2.5 * h:
-            return []
-        return sorted(cand, key=lambda i: (boxes[i, 1] // max(h, 1), boxes[i, 0]))
+            inside = boxes[row, 1].min() >= 0.88 * page_height
+            gap = boxes[row, 1].min() - boxes[rest, 3].max()
+        small = np.median(boxes[row, 3] - boxes[row, 1]) <= 1.25 * h
+        return list(row) if inside and small and gap >= 0.8 * h else []
 
-    head = band(True)
-    foot = [i for i in band(False) if i not in head]
-    return head, foot
+    head = band(rows[0], [i for r in rows[1:] for i in r], True)
+    foot = band(rows[-1], [i for r in rows[:-1] for i in r], False) if len(rows) > 1 else []
+    return head, [i for i in foot if i not in head]
 
 
 def typical_line_gap(boxes: np.ndarray, order: Sequence[int], h: float) -> float:

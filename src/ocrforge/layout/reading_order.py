@@ -28,6 +28,10 @@ import numpy as np
 
 from ocrforge.layout.rows import group_rows
 
+# narrowest gutter between columns, in line heights: detected line boxes are padded, so the
+# visible whitespace between two columns of small text can be well under a line height
+GUTTER = 0.4
+
 
 def reading_order(boxes: np.ndarray, line_height: float | None = None) -> list[int]:
     """Indices of ``boxes`` (N x 4: x0, y0, x1, y1, deskewed) in reading order."""
@@ -132,7 +136,7 @@ def _order(r: _Region, ids: list[int], depth: int) -> list[int]:
         bands = _bands_at(b, ids, spanning)
         if len(bands) > 1:
             return [i for band in bands for i in _order(r, band, depth + 1)]
-    cols = _split(b, ids, axis=0, min_gap=h)
+    cols = _split(b, ids, axis=0, min_gap=GUTTER * h)
     if len(cols) > 1 and _text_columns(r, cols):
         return [i for c in cols for i in _order(r, c, depth + 1)]
     bands = _split(b, ids, axis=1, min_gap=-0.25 * h)
@@ -163,7 +167,7 @@ def _spanning(b: np.ndarray, ids: list[int], h: float) -> list[int]:
     for s in ids:
         for below in (True, False):
             near = _nearest(b, ids, s, below, h)
-            if len(near) >= 2 and b[near, 2].min() + h <= b[near, 0].max():
+            if len(near) >= 2 and b[near, 2].min() + GUTTER * h <= b[near, 0].max():
                 out.append(s)
                 break
     return out
@@ -216,8 +220,8 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
         widths = b[p, 2] - b[p, 0]
         if pw < 4 * h or np.median(widths) < 3 * h:
             return False
-        if float(np.median(widths)) / pw >= 0.7:
-            continue
+        if float(np.median(widths)) / pw >= 0.7 or np.percentile(widths, 75) >= 12 * h:
+            continue  # lines that fill their column, or long lines of running text
         # short, ragged lines: columns only if they do not pair up row by row with a neighbour
         others = [j for i, q in enumerate(lines) if abs(i - k) == 1 for j in q]
         if _paired(b[p], b[others]) > 0.4 * len(p):

@@ -56,24 +56,28 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
     scale = min(1.0, 16.0 / h)
     if scale < 1.0:
         gray = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-    ink = cv2.adaptiveThreshold(gray, 255, cv2.ADAPTIVE_THRESH_MEAN_C, cv2.THRESH_BINARY_INV, 15, 10)
     shift = np.zeros(2)
-    if abs(angle) > 0.003:
-        ink, shift = _turn(ink, -angle)
+    if abs(angle) > 0.003:  # turn the grey image (not the binary one: thin rules would break up)
+        gray, shift = _turn(gray, -angle)
+    ink = cv2.adaptiveThreshold(gray, 255, cv2.ADAPTIVE_THRESH_MEAN_C, cv2.THRESH_BINARY_INV, 15, 10)
     hs = h * scale
     hk = max(int(4 * hs), 12)
     vk = max(int(1.5 * hs), 8)
     horiz = cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (hk, 1)))
     vert = cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (1, vk)))
     joined = cv2.dilate(horiz | vert, np.ones((3, 3), np.uint8))
+    thick_h = cv2.dilate(horiz, np.ones((3, 1), np.uint8))
+    thick_v = cv2.dilate(vert, np.ones((1, 3), np.uint8))
     n, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
     grids = []
     for k in range(1, n):
         x, y, w, hh = stats[k, :4]
         if w < 4 * hs or hh < 1.5 * hs:
             continue
-        ys = _edges(horiz[y : y + hh, x : x + w].sum(axis=1) / 255.0, 0.5 * w) + y
-        xs = _edges(vert[y : y + hh, x : x + w].sum(axis=0) / 255.0, 0.5 * hh) + x
+        # a thin rule turned by a fraction of a degree steps between pixel rows: profile bands of
+        # three rows (columns) so that it still counts as one rule
+        ys = _edges(thick_h[y : y + hh, x : x + w].sum(axis=1) / 255.0, 0.5 * w) + y
+        xs = _edges(thick_v[y : y + hh, x : x + w].sum(axis=0) / 255.0, 0.5 * hh) + x
         if len(ys) < 3 or len(xs) < 3:
             continue
         # back to page pixels of the deskewed frame
@@ -101,7 +105,8 @@ def _turn(img: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
     shift = -corners.min(axis=0)
     size = np.ceil(corners.max(axis=0) + shift).astype(int)
     m = np.hstack([rot, shift[:, None]])
-    return cv2.warpAffine(img, m, (int(size[0]), int(size[1])), flags=cv2.INTER_NEAREST), shift
+    return cv2.warpAffine(img, m, (int(size[0]), int(size[1])), flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_REPLICATE), shift
 
 
 # ------------------------------------------------------------------------------------ unruled
