@@ -64,7 +64,7 @@ def column_chains(boxes: np.ndarray, h: float) -> list[list[int]]:
             if b == a or gap < -0.5 * min(ha, heights[b]):
                 continue
             ov = min(boxes[a, 2], boxes[b, 2]) - max(boxes[a, 0], boxes[b, 0])
-            if ov <= 0.3 * min(widths[a], widths[b]):
+            if ov <= min(0.3 * min(widths[a], widths[b]), 2 * h):
                 continue
             below[a].append(int(b))
             above[int(b)].append(int(a))
@@ -161,13 +161,17 @@ def _split(b: np.ndarray, ids: list[int], axis: int, min_gap: float) -> list[lis
 
 
 def _spanning(b: np.ndarray, ids: list[int], h: float) -> list[int]:
-    """Chains whose nearest neighbours right below (or right above) them are two chains lying apart
-    from each other: a title, caption or table set over two or more columns."""
+    """Chains whose nearest neighbours right below (or right above) them include two chains lying
+    apart from each other side by side (their near ends level within two line heights): a title,
+    caption or table set over two or more columns."""
     out = []
     for s in ids:
         for below in (True, False):
-            near = _nearest(b, ids, s, below, h)
-            if len(near) >= 2 and b[near, 2].min() + GUTTER * h <= b[near, 0].max():
+            # pieces of text of some width only (a lone "。" at a line's start is no column)
+            near = [c for c in _nearest(b, ids, s, below, h) if b[c, 2] - b[c, 0] >= 3 * h]
+            edge = b[near, 1] if below else b[near, 3]
+            if any(b[p, 2] + GUTTER * h <= b[q, 0] and abs(edge[i] - edge[j]) <= 2 * h
+                   for i, p in enumerate(near) for j, q in enumerate(near)):
                 out.append(s)
                 break
     return out

@@ -61,38 +61,45 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
         gray, shift = _turn(gray, -angle)
     ink = cv2.adaptiveThreshold(gray, 255, cv2.ADAPTIVE_THRESH_MEAN_C, cv2.THRESH_BINARY_INV, 15, 10)
     hs = h * scale
-    hk = max(int(4 * hs), 12)
+    # text strokes are shorter than these kernels, rules longer; a rule that is not quite level
+    # comes out as steps one pixel apart, each longer than the kernel up to about 1.5 degrees
+    hk = max(int(2 * hs), 10)
     vk = max(int(1.5 * hs), 8)
     horiz = cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (hk, 1)))
     vert = cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (1, vk)))
-    joined = cv2.dilate(horiz | vert, np.ones((3, 3), np.uint8))
-    thick_h = cv2.dilate(horiz, np.ones((3, 1), np.uint8))
-    thick_v = cv2.dilate(vert, np.ones((1, 3), np.uint8))
-    n, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    horiz = cv2.dilate(horiz, np.ones((3, 3), np.uint8))  # joins the steps
+    vert = cv2.dilate(vert, np.ones((3, 3), np.uint8))
+    n, labels, stats, _ = cv2.connectedComponentsWithStats(horiz | vert)
     grids = []
     for k in range(1, n):
         x, y, w, hh = stats[k, :4]
         if w < 4 * hs or hh < 1.5 * hs:
             continue
-        # a thin rule turned by a fraction of a degree steps between pixel rows: profile bands of
-        # three rows (columns) so that it still counts as one rule
-        ys = _edges(thick_h[y : y + hh, x : x + w].sum(axis=1) / 255.0, 0.5 * w) + y
-        xs = _edges(thick_v[y : y + hh, x : x + w].sum(axis=0) / 255.0, 0.5 * hh) + x
+        region = labels[y : y + hh, x : x + w] == k
+        ys = _rules(horiz[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=0, need=0.5 * w, merge=0.4 * hs)
+        xs = _rules(vert[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=1, need=0.5 * hh, merge=0.4 * hs)
         if len(ys) < 3 or len(xs) < 3:
             continue
         # back to page pixels of the deskewed frame
-        grids.append(Grid([float(v - shift[1]) / scale for v in ys], [float(v - shift[0]) / scale for v in xs], True))
+        grids.append(Grid([float(v + y - shift[1]) / scale for v in ys],
+                          [float(v + x - shift[0]) / scale for v in xs], True))
     return grids
 
 
-def _edges(profile: np.ndarray, need: float) -> np.ndarray:
-    """Centres of the runs of profile >= need (rules running across most of the region)."""
-    on = profile >= need
-    if not on.any():
-        return np.zeros(0)
-    d = np.diff(np.r_[0, on.astype(np.int8), 0])
-    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
-    return (starts + ends - 1) * 0.5
+def _rules(mask: np.ndarray, axis: int, need: float, merge: float) -> list[float]:
+    """Positions of the rules in a mask: connected pieces at least ``need`` long, horizontal
+    (axis 0: their mean y) or vertical (axis 1: their mean x); positions closer than ``merge``
+    are one rule."""
+    n, _, stats, centroids = cv2.connectedComponentsWithStats(mask)
+    length = stats[1:, cv2.CC_STAT_WIDTH if axis == 0 else cv2.CC_STAT_HEIGHT]
+    pos = sorted(float(c[1 - axis]) for c, ln in zip(centroids[1:], length, strict=True) if ln >= need)
+    out: list[list[float]] = []
+    for p in pos:
+        if out and p - out[-1][-1] < merge:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return [float(np.mean(g)) for g in out]
 
 
 def _turn(img: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +135,7 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
         pieces = _pieces(boxes, row, h)
         widths = sorted(float(boxes[p, 2].max() - boxes[p, 0].min()) for p in pieces)
         tablelike = len(pieces) >= 2 and widths[1] < 8 * h
-        if tablelike and (not run or _gap_ok(boxes, run[-1], row, h)):
+        if tablelike and (not run or _same_table(boxes, run, row, h)):
             run.append(row)
             continue
         close()
@@ -148,8 +155,16 @@ def _pieces(boxes: np.ndarray, row: list[int], h: float) -> list[list[int]]:
     return out
 
 
-def _gap_ok(boxes: np.ndarray, prev: list[int], row: list[int], h: float) -> bool:
-    return boxes[row, 1].min() - boxes[prev, 3].max() < 2.5 * h
+def _same_table(boxes: np.ndarray, run: list[list[int]], row: list[int], h: float) -> bool:
+    """Whether ``row`` continues the table-like rows ``run``: close below it, at about the run's
+    row pitch (two tables one under the other are set further apart than their rows)."""
+    gap = boxes[row, 1].min() - boxes[run[-1], 3].max()
+    if gap >= 2.5 * h:
+        return False
+    if len(run) >= 2:
+        gaps = [boxes[b, 1].min() - boxes[a, 3].max() for a, b in zip(run, run[1:], strict=False)]
+        return gap <= max(1.5 * float(np.median(gaps)), float(np.median(gaps)) + 0.5 * h)
+    return True
 
 
 def _grid_of(boxes: np.ndarray, rows: list[list[int]], h: float) -> Grid | None:
