@@ -153,3 +153,23 @@ def test_aligned_cer_ignores_reading_order_only():
     assert s["edits"] > 0 and s["edits_aligned"] == 0
     page.lines[2].text = "ccx"
     assert score_page(r, page)["edits_aligned"] == 1
+
+
+def test_reference_order_from_labels_word_accuracy_and_order_tau():
+    # two columns: labels list the left column first (true reading order)
+    r = rec([("left one", box(0, 0, 50, 20)), ("left two", box(0, 30, 50, 50)),
+             ("right one", box(70, 0, 120, 20)), ("right two", box(70, 30, 120, 50))])
+    rows = Page([Line("left one", box(0, 0, 50, 20), 0.9), Line("right one", box(70, 0, 120, 20), 0.9),
+                 Line("left two", box(0, 30, 50, 50), 0.9), Line("righttwo", box(70, 30, 120, 50), 0.9)], 120, 50)
+    cols = Page([rows.lines[0], rows.lines[2], rows.lines[1], rows.lines[3]], 120, 50)
+    assert reference_text(r, "labels") == "left one\nleft two\nright one\nright two"
+    assert reference_text(r, "rule") == "left one right one\nleft two right two"
+    by_rule, by_labels = score_page(r, rows, ref_order="rule"), score_page(r, cols, ref_order="labels")
+    assert by_rule["edits"] == by_labels["edits"] == 1  # the missing space only
+    assert score_page(r, rows, ref_order="labels")["edits"] > 1
+    assert by_labels["order_tau"] == 1.0 and score_page(r, rows, ref_order="labels")["order_tau"] < 1.0
+    assert (by_labels["word_edits"], by_labels["ref_words"]) == (2, 8)  # "righttwo": 2 word edits
+    r.meta["reading_order"] = True  # synth --kind columns marks its records so: auto follows labels
+    assert score_page(r, cols)["edits"] == 1
+    with pytest.raises(ValueError):
+        reference_text(r, "random")

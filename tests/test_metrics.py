@@ -111,3 +111,33 @@ def test_align_order_follows_reference_lines():
     assert align_order(refs, rank, hyps) == [3, 4, 2, 1, 0]
     assert align_order(refs, rank, []) == []
     assert align_order([], [], [box(0, 10, 5, 15), box(0, 0, 5, 5)]) == [1, 0]
+
+
+def test_word_errors_count_glued_words():
+    from ocrforge.evaluation.metrics import word_errors
+
+    assert word_errors("Invoice number 2026", "Invoice number 2026") == (0, 3)
+    assert word_errors("Invoice number 2026", "Invoice number2026") == (2, 3)  # 1 substitution + 1 deletion
+    assert word_errors("a  b", " a b ") == (0, 2)  # whitespace runs are one separator
+
+
+def test_kendall_tau_and_order_tau():
+    from ocrforge.evaluation.metrics import kendall_tau, order_tau
+
+    assert kendall_tau([0, 1, 2, 3]) == 1.0
+    assert kendall_tau([3, 2, 1, 0]) == -1.0
+    assert kendall_tau([0, 2, 1, 3]) == pytest.approx(4 / 6)
+    assert kendall_tau([1, 1]) is None and kendall_tau([5]) is None
+    assert kendall_tau([0, 0, 1]) == 1.0  # ties (a line split in two) are left out
+    refs = [box(0, 0, 50, 20), box(60, 0, 110, 20), box(0, 30, 50, 50)]
+    # hypothesis read the right column first, and one line overlaps nothing
+    assert order_tau(refs, [0, 1, 2], [box(60, 0, 110, 20), box(0, 0, 50, 20), box(0, 30, 50, 50),
+                                       box(500, 500, 510, 510)]) == pytest.approx(1 / 3)
+
+
+def test_cell_f1_counts_position_and_text():
+    from ocrforge.evaluation.metrics import cell_f1
+
+    ref = [(0, 0, "Name"), (0, 1, "Qty"), (1, 0, "Apple"), (1, 1, "3"), (2, 0, ""), (2, 1, "4")]
+    hyp = [(0, 0, "Name"), (0, 1, "Q ty"), (1, 0, "Apple"), (1, 1, "8"), (2, 1, "4"), (2, 2, "x")]
+    assert cell_f1(ref, hyp) == (4, 5, 6)  # spaces ignored; empty cells left out; (1, 1) wrong

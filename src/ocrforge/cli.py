@@ -52,6 +52,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--page-orientation", action=argparse.BooleanOptionalAction, default=None,
                    help="turn pages given at 90/180/270 degrees upright before detection "
                    f"(default {'on' if d.cls.page_orientation else 'off'})")
+    g.add_argument("--layout", action=argparse.BooleanOptionalAction, default=None,
+                   help="layout stage: words, blocks, tables and reading order with columns "
+                   f"(default {'on' if d.layout.enabled else 'off'}; Markdown/hOCR/ALTO/PDF use it)")
     g.add_argument("--rec-batch", type=int, help="recognition batch size (default "
                    f"{d.rec_batch()} on the CPU, "
                    f"{d.with_(runtime='torch', device='cuda').rec_batch()} on a GPU)")
@@ -91,6 +94,8 @@ def engine_config_from_args(args: argparse.Namespace):
         ch["use_cls"] = True
     if getattr(args, "page_orientation", None) is not None:
         ch["page_orientation"] = args.page_orientation
+    if getattr(args, "layout", None) is not None:
+        ch["use_layout"] = args.layout
     if getattr(args, "rec_batch", None):
         ch["rec_batch_size"] = args.rec_batch
     if getattr(args, "drop_score", None) is not None:

@@ -78,6 +78,7 @@ class PageRunner:
         self._cls_factory = cls_rt
         self._cls_rt: Runtime | None = None
         self._cls_lock = threading.Lock()
+        self.layout_options: dict[str, Any] = {}  # extra keyword options of layout.analyze
         self._page_ori_rt: Runtime | None | bool = None  # False: model file missing, feature off
 
     # ------------------------------------------------------------------ options
@@ -175,9 +176,12 @@ class PageRunner:
                     angles[start + k] = 180
         return angles
 
-    def recognize_crops(self, crops: list[np.ndarray]) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """Text and score per crop; lines of one width bucket are batched together."""
-        results: list[tuple[str, float]] = [("", 0.0)] * len(crops)
+    def recognize_crops(self, crops: list[np.ndarray], steps: bool = False
+                        ) -> tuple[list[Any], dict[str, float]]:
+        """Text and score per crop (``CharSteps``, which also carry each character's CTC steps,
+        with ``steps``: the layout stage makes words from them); lines of one width bucket are
+        batched together."""
+        results: list[Any] = [("", 0.0)] * len(crops)
         tm = {"rec_prep": 0.0, "rec_infer": 0.0, "rec_post": 0.0}
         for width, group in self.rec_prep.groups(crops, self.config.rec_batch()):
             t0 = time.perf_counter()
@@ -185,7 +189,9 @@ class PageRunner:
             t1 = time.perf_counter()
             probs = self.rec_rt.run(batch)
             t2 = time.perf_counter()
-            for i, r in zip(group, self.ctc(probs), strict=True):
+            decoded = (self.ctc.decode_steps(probs, [self.rec_prep.target_width(crops[i]) for i in group],
+                                             batch.shape[3]) if steps else self.ctc(probs))
+            for i, r in zip(group, decoded, strict=True):
                 results[i] = r
             t3 = time.perf_counter()
             tm["rec_prep"] += t1 - t0
@@ -199,7 +205,7 @@ class PageRunner:
         t0 = time.perf_counter()
         angles = self.orient(crops, s)
         cls_s = time.perf_counter() - t0
-        texts, rec_tm = self.recognize_crops(crops)
+        texts, rec_tm = self.recognize_crops(crops, steps=s.layout and self.config.layout.words)
         total = max(len(crops), 1)
         out = []
         k = 0
@@ -230,10 +236,17 @@ class PageRunner:
         if whole_image and quads:
             quads, texts, angles = _pick_whole_or_lines(quads, texts, angles)
         lines = []
+        kept_steps: list[Any] = []
         for q, tx, angle in zip(quads, texts, angles, strict=True):
-            text, score = tx if tx is not None else ("", 0.0)
+            if tx is None:
+                text, score = "", 0.0
+            elif isinstance(tx, tuple):
+                text, score = tx
+            else:  # CharSteps
+                text, score = tx.text, tx.score
             if score >= s.drop_score and text.strip():
                 lines.append(Line(text, np.asarray(q).tolist(), score, angle))
+                kept_steps.append(None if isinstance(tx, tuple) else tx)
         img = image if image is not None else getattr(page, "image", None)
         if img is not None:
             h, w = img.shape[:2]
@@ -242,7 +255,10 @@ class PageRunner:
         result = Page(lines, w, h, page.source, page.index, timings,
                       dpi=getattr(page, "dpi", None), rotation=getattr(page, "rotation", 0))
         if s.layout:
-            result = _layout(result, img)
+            t0 = time.perf_counter()
+            result = _layout(result, img, kept_steps if any(kept_steps) else None,
+                             {"tables": self.config.layout.tables, **self.layout_options})
+            result.timings["layout"] = time.perf_counter() - t0
         return result
 
 
@@ -278,8 +294,9 @@ def looks_like_crop(h: int, w: int, n_quads: int) -> bool:
 def _pick_whole_or_lines(quads: list, texts: list, angles: list) -> tuple[list, list, list]:
     """Keep either the detected lines or the whole-image line (the last one), whichever has the
     higher character-weighted score (empty detections always lose)."""
-    whole = texts[-1] or ("", 0.0)
-    det = [t for t in texts[:-1] if t is not None and t[0].strip()]
+    ts = [_text_score(t) for t in texts]
+    whole = ts[-1]
+    det = [t for t in ts[:-1] if t[0].strip()]
     det_chars = sum(len(t[0]) for t in det)
     det_score = sum(t[1] * len(t[0]) for t in det) / det_chars if det_chars else 0.0
     if whole[0].strip() and (not det or whole[1] > det_score):
@@ -287,9 +304,14 @@ def _pick_whole_or_lines(quads: list, texts: list, angles: list) -> tuple[list, 
     return quads[:-1], texts[:-1], angles[:-1]
 
 
-def _layout(page: Page, image: np.ndarray | None) -> Page:
-    try:
-        from ocrforge.layout import analyze
-    except ImportError:  # the layout stage is optional
-        return page
-    return analyze(page, image=image)
+def _text_score(t: Any) -> tuple[str, float]:
+    if t is None:
+        return "", 0.0
+    return t if isinstance(t, tuple) else (t.text, t.score)
+
+
+def _layout(page: Page, image: np.ndarray | None, steps: list | None,
+            options: dict[str, Any]) -> Page:
+    from ocrforge import layout
+
+    return layout.analyze(page, image=image, steps=steps, **options)

@@ -62,6 +62,19 @@ class OCR:
             path = artifact_path(role, path, precision, cfg.models.name)
         return open_onnx(path, cfg.runtime, precision=precision, threads=threads)
 
+    # ------------------------------------------------------------------ layout switch
+    @property
+    def layout(self) -> dict[str, Any] | None:
+        """Keyword options of ``ocrforge.layout.analyze`` when the layout stage is on, else None.
+        Setting it switches the stage (``engine.layout = {}``: on with defaults)."""
+        return dict(self.runner.layout_options) if self.config.layout.enabled else None
+
+    @layout.setter
+    def layout(self, options: dict[str, Any] | None) -> None:
+        self.config = self.config.with_(use_layout=options is not None)
+        self.runner.config = self.config
+        self.runner.layout_options = dict(options or {})
+
     # ------------------------------------------------------------------ compatibility views
     @property
     def det_rt(self) -> Runtime:

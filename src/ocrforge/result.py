@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,10 @@ class Word:
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "poly": _round_poly(self.poly), "score": round(float(self.score), 4)}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Word:
+        return cls(d["text"], d["poly"], d.get("score", 0.0))
+
 
 @dataclass
 class Cell:
@@ -35,12 +40,43 @@ class Cell:
     rowspan: int = 1
     colspan: int = 1
 
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"row": self.row, "col": self.col, "bbox": _round_box(self.bbox),
+                             "lines": list(self.lines), "text": self.text}
+        if self.rowspan != 1 or self.colspan != 1:
+            d.update(rowspan=self.rowspan, colspan=self.colspan)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cell:
+        return cls(d["row"], d["col"], tuple(d["bbox"]), list(d.get("lines", [])), d.get("text", ""),
+                   d.get("rowspan", 1), d.get("colspan", 1))
+
 
 @dataclass
 class Table:
+    """A grid of ``rows`` x ``cols`` cells (row-major; a spanning cell is listed once);
+    ``ruled`` when it was found from drawn lines, else from aligned columns of text."""
+
     rows: int
     cols: int
     cells: list[Cell] = field(default_factory=list)
+    ruled: bool = False
+
+    def cell(self, row: int, col: int) -> Cell | None:
+        """The cell covering (row, col), if any."""
+        for c in self.cells:
+            if c.row <= row < c.row + c.rowspan and c.col <= col < c.col + c.colspan:
+                return c
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "cols": self.cols, "ruled": self.ruled,
+                "cells": [c.to_dict() for c in self.cells]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Table:
+        return cls(d["rows"], d["cols"], [Cell.from_dict(c) for c in d.get("cells", [])], d.get("ruled", False))
 
 
 @dataclass
@@ -52,6 +88,17 @@ class Block:
     bbox: tuple[float, float, float, float]
     lines: list[int] = field(default_factory=list)
     table: Table | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "bbox": _round_box(self.bbox), "lines": list(self.lines)}
+        if self.table is not None:
+            d["table"] = self.table.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Block:
+        t = d.get("table")
+        return cls(d["kind"], tuple(d["bbox"]), list(d.get("lines", [])), Table.from_dict(t) if t else None)
 
 
 BLOCK_KINDS = ("paragraph", "title", "header", "footer", "list", "caption", "table", "figure")
@@ -78,12 +125,20 @@ class Line:
         return min(xs), min(ys), max(xs), max(ys)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "text": self.text,
             "poly": _round_poly(self.poly),
             "score": round(float(self.score), 4),
             "angle": self.angle,
         }
+        if self.words:
+            d["words"] = [w.to_dict() for w in self.words]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Line:
+        return cls(d["text"], d["poly"], d["score"], d.get("angle", 0),
+                   [Word.from_dict(w) for w in d.get("words", [])])
 
 
 @dataclass
@@ -125,7 +180,8 @@ class Page:
         return to_input_frame(poly, self.rotation, self.width, self.height).tolist()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The JSON form; ``words`` (per line), ``blocks`` and ``dpi`` appear only when set."""
+        d: dict[str, Any] = {
             "schema": SCHEMA,
             "source": self.source,
             "page": self.page_index,
@@ -137,6 +193,11 @@ class Page:
             "error": self.error,
             "rotation": self.rotation,
         }
+        if self.blocks:
+            d["blocks"] = [b.to_dict() for b in self.blocks]
+        if self.dpi is not None:
+            d["dpi"] = self.dpi
+        return d
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
@@ -144,7 +205,7 @@ class Page:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Page:
         return cls(
-            lines=[Line(ln["text"], ln["poly"], ln["score"], ln.get("angle", 0)) for ln in d["lines"]],
+            lines=[Line.from_dict(ln) for ln in d["lines"]],
             width=d["width"],
             height=d["height"],
             source=d.get("source", ""),
@@ -152,15 +213,42 @@ class Page:
             timings={k: v / 1000.0 for k, v in d.get("timings_ms", {}).items()},
             error=d.get("error"),
             rotation=d.get("rotation", 0),
+            blocks=[Block.from_dict(b) for b in d.get("blocks", [])],
+            dpi=d.get("dpi"),
         )
 
 
+def line_direction(line: Line) -> tuple[float, float]:
+    """Unit vector along the line's text (its quad's top and bottom edges); (1, 0) for boxes too
+    short to tell (about square) and for tall, vertical lines."""
+    (x0, y0), (x1, y1), (x2, y2), (x3, y3) = line.poly[:4]
+    dx, dy = (x1 - x0 + x2 - x3) * 0.5, (y1 - y0 + y2 - y3) * 0.5
+    length = math.hypot(dx, dy)
+    height = math.hypot((x3 - x0 + x2 - x1) * 0.5, (y3 - y0 + y2 - y1) * 0.5)
+    if length < 1.5 * height or dx <= 0:
+        return 1.0, 0.0
+    return dx / length, dy / length
+
+
 def _same_row(a: Line, b: Line) -> bool:
-    """b continues a's row if b starts to the right and their vertical spans overlap mostly."""
-    ax0, ay0, ax1, ay1 = a.bbox
-    bx0, by0, bx1, by1 = b.bbox
-    overlap = min(ay1, by1) - max(ay0, by0)
-    return bx0 >= ax0 and overlap > 0.5 * min(ay1 - ay0, by1 - by0)
+    """b continues a's row if it starts after a's start along the text direction and their
+    extents across that direction overlap mostly (the direction of the longer line, so rows
+    follow the page's skew)."""
+    longer = a if _length(a) >= _length(b) else b
+    ux, uy = line_direction(longer)
+    nx, ny = -uy, ux
+    a_along = [x * ux + y * uy for x, y in a.poly]
+    b_along = [x * ux + y * uy for x, y in b.poly]
+    a_across = [x * nx + y * ny for x, y in a.poly]
+    b_across = [x * nx + y * ny for x, y in b.poly]
+    overlap = min(max(a_across), max(b_across)) - max(min(a_across), min(b_across))
+    thin = min(max(a_across) - min(a_across), max(b_across) - min(b_across))
+    return min(b_along) >= min(a_along) and overlap > 0.5 * thin
+
+
+def _length(line: Line) -> float:
+    (x0, y0), (x1, y1) = line.poly[0], line.poly[1]
+    return math.hypot(x1 - x0, y1 - y0)
 
 
 def _round_poly(poly: list[list[float]]) -> list[list[float]]:
@@ -181,3 +269,7 @@ def to_input_frame(points: np.ndarray, angle: int, width: int, height: int) -> n
     if angle == 270:
         return np.stack([y, width - x], axis=-1)
     raise ValueError(f"angle must be one of (0, 90, 180, 270), not {angle}")
+
+
+def _round_box(box: tuple[float, float, float, float]) -> list[float]:
+    return [round(float(v), 1) for v in box]

@@ -19,6 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--single", action="store_true",
                    help="one read() per image instead of the read_many pipeline")
     p.add_argument("--per-page", action="store_true", help="also print one row per page")
+    p.add_argument("--ref-order", choices=["auto", "rule", "labels"], default="auto",
+                   help="reading order of the reference page text: the labels' line order, the "
+                        "top-to-bottom rule, or auto (labels where a record says they are in reading "
+                        "order, e.g. synth --kind columns)")
     add_engine_options(p)
     p.set_defaults(func=run)
 
@@ -32,13 +36,14 @@ def results_table(res: dict[str, Any], title: str):
     from rich.table import Table
 
     t = Table(title=escape(title))
-    for col in ("group", "pages", "ref lines", "CER %", "CER aligned %", "CER no-space %", "det P %",
-                "det R %", "det F1 %", "line acc %"):
+    for col in ("group", "pages", "ref lines", "CER %", "CER aligned %", "CER no-space %", "word acc %",
+                "order tau", "det P %", "det R %", "det F1 %", "line acc %"):
         t.add_column(col, justify="left" if col == "group" else "right")
 
     def row(name: str, g: dict[str, Any], style: str | None = None) -> None:
+        tau = g.get("order_tau")
         t.add_row(escape(name), str(g["pages"]), str(g["lines"]), _pct(g["cer"]), _pct(g["cer_aligned"]),
-                  _pct(g["cer_nospace"]),
+                  _pct(g["cer_nospace"]), _pct(g.get("word_acc")), "n/a" if tau is None else f"{tau:.3f}",
                   _pct(g["det_precision"]), _pct(g["det_recall"]), _pct(g["det_f1"]),
                   _pct(g["line_acc"]), style=style)
 
@@ -61,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = engine_config_from_args(args)
     engine = OCR(cfg)
-    res = evaluate(engine, args.dataset, args.limit, casefold=args.casefold, batch=not args.single)
+    res = evaluate(engine, args.dataset, args.limit, casefold=args.casefold,
+                   batch=not args.single, ref_order=args.ref_order)
     con = Console(width=max(Console().width, 120))
     desc = res["config"]
     con.print("[bold]configuration[/] " + escape(f"(ocrforge {desc['ocrforge']}, onnxruntime {desc['onnxruntime']}):"))
@@ -70,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
               highlight=False, soft_wrap=True)
     o = res["options"]
     con.print(escape(f"scoring: {o['normalisation']}; case-insensitive: {o['casefold']} "
-                     f"(auto = kinds {', '.join(o['casefold_kinds'])}); detection IoU >= {o['iou']}; "
-                     f"{'read_many' if not args.single else 'read()'}; {res['elapsed_s']:.1f} s"),
+              f"(auto = kinds {', '.join(o['casefold_kinds'])}); detection IoU >= {o['iou']}; "
+              f"reference order: {o['ref_order']}; layout stage: {'on' if cfg.layout.enabled else 'off'}; "
+              f"{'read_many' if not args.single else 'read()'}; {res['elapsed_s']:.1f} s"),
               highlight=False)
     con.print(results_table(res, f"ocrforge eval {args.dataset}"))
     if args.per_page:

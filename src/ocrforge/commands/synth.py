@@ -7,14 +7,16 @@ import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ocrforge.evaluation.synth import KINDS
+    from ocrforge.evaluation.synth import EXTRA_KINDS, KINDS
 
-    p = sub.add_parser("synth", help="generate labeled synthetic pages (documents, receipts, tables, forms, UI)")
+    p = sub.add_parser("synth", help="generate labeled synthetic pages (documents, receipts, tables, forms, UI, columns)")
     p.add_argument("out", help="output folder (images/ and labels.jsonl are written there)")
     p.add_argument("--pages", type=int, default=100, help="number of pages (default 100)")
     p.add_argument("--seed", type=int, default=0, help="random seed: same seed + same fonts = same bytes")
     p.add_argument("--lang", choices=["zh", "en", "mixed", "all"], default="all")
-    p.add_argument("--kind", choices=[*KINDS, "all"], default="all")
+    p.add_argument("--kind", choices=[*KINDS, *EXTRA_KINDS, "all"], default="all",
+                   help="page kind; 'all' mixes the first five; columns (multi-column documents) and "
+                        "tables carry the true reading order and table cells in their labels")
     p.add_argument("--min-lines", type=int, default=1, help="re-draw pages with fewer labeled lines")
     p.add_argument("--clean", action="store_true",
                    help="no degradations or rotation, text >= 16 px (sanity checks)")

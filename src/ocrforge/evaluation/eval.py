@@ -13,6 +13,13 @@ rows joined by newlines, lines of one row by spaces), so the reference and every
 hypothesis are linearised identically and page CER does not depend on the labels' line order.
 Hypothesis lines inside don't-care regions are left out of the page text. ``cer_aligned``
 (see ``metrics.align_order``) removes reading-order effects; ``cer_nospace`` ignores spaces.
+
+``ref_order`` chooses the reference's reading order: "rule" (the rule above), "labels" (the
+order of the lines in the labels, for data sets whose labels list lines in reading order) or
+"auto" (labels for records marked ``reading_order: true``, such as ``ocrforge synth --kind
+columns``, the rule otherwise). ``word_acc`` (words, spaces counted) is scored on the same
+order-free texts as ``cer_aligned``; ``order_tau`` (Kendall's tau of the hypothesis line order
+against the reference order) is averaged over the pages that have one.
 """
 
 from __future__ import annotations
@@ -27,7 +34,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ocrforge.evaluation.dataset import Record, load_dataset
-from ocrforge.evaluation.metrics import align_order, char_errors, match_lines, normalize_text, prf
+from ocrforge.evaluation.metrics import (
+    align_order,
+    char_errors,
+    match_lines,
+    normalize_text,
+    order_tau,
+    prf,
+    word_errors,
+)
 from ocrforge.result import Line, Page
 from ocrforge.stages.detect import sort_reading_order
 
@@ -37,6 +52,7 @@ if TYPE_CHECKING:
 # kinds compared case-insensitively with casefold="auto": SROIE receipt labels are upper-case
 CASEFOLD_KINDS = frozenset({"receipt"})
 CASEFOLD_MODES = ("auto", "always", "never")
+REF_ORDERS = ("auto", "rule", "labels")
 
 
 class LineLike(Protocol):
@@ -72,13 +88,22 @@ def reading_order_text(items: Sequence[tuple[str, Any]]) -> str:
     return Page(lines, 0, 0).text
 
 
-def reference_text(rec: Record) -> str:
+def labels_in_order(rec: Record, ref_order: str) -> bool:
+    """Whether the record's label order is its reading order under ``ref_order``."""
+    if ref_order not in REF_ORDERS:
+        raise ValueError(f"ref_order must be one of {', '.join(REF_ORDERS)}, not {ref_order!r}")
+    return ref_order == "labels" or (ref_order == "auto" and bool(rec.meta.get("reading_order")))
+
+
+def reference_text(rec: Record, ref_order: str = "auto") -> str:
     if rec.lines is None:
         return rec.text or ""
+    if labels_in_order(rec, ref_order):
+        return "\n".join(ln.text for ln in rec.care_lines)
     return reading_order_text([(ln.text, ln.poly) for ln in rec.care_lines])
 
 
-def score_page(rec: Record, page: Any, casefold: str = "auto") -> dict[str, Any]:
+def score_page(rec: Record, page: Any, casefold: str = "auto", ref_order: str = "auto") -> dict[str, Any]:
     """Scores of one page against its record (``page`` None or with ``.error`` = nothing read).
 
     Hypothesis lines that detection scoring ignores (mostly inside a don't-care region) are
@@ -107,19 +132,23 @@ def score_page(rec: Record, page: Any, casefold: str = "auto") -> dict[str, Any]
             hyp_text = Page([Line(ln.text, ln.poly, 1.0) for ln in kept], 0, 0).text
         care = rec.care_lines
         rank = [0] * len(care)
-        for pos, i in enumerate(reading_order([ln.poly for ln in care])):
+        order = range(len(care)) if labels_in_order(rec, ref_order) else reading_order([ln.poly for ln in care])
+        for pos, i in enumerate(order):
             rank[i] = pos
-        aligned = "\n".join(kept[j].text for j in align_order([ln.poly for ln in care], rank,
-                                                                [ln.poly for ln in kept]))
-    ref_text = reference_text(rec)
+        care_polys, kept_polys = [ln.poly for ln in care], [ln.poly for ln in kept]
+        aligned = "\n".join(kept[j].text for j in align_order(care_polys, rank, kept_polys))
+        out["order_tau"] = order_tau(care_polys, rank, kept_polys)
+    ref_text = reference_text(rec, ref_order)
     edits, ref_len = char_errors(ref_text, hyp_text, cf)
     ns_ref = "".join(normalize_text(ref_text, cf).split())
     ns_hyp = "".join(normalize_text(hyp_text, cf).split())
     # without boxes there is no order to align: aligned = page CER
     a_edits = edits if rec.lines is None else char_errors(ref_text, aligned, cf)[0]
+    w_edits, ref_words = word_errors(ref_text, hyp_text if rec.lines is None else aligned, cf)
     out.update(edits=edits, ref_chars=ref_len, cer=edits / ref_len if ref_len else float(edits > 0),
                edits_aligned=a_edits,
-               edits_nospace=Levenshtein.distance(ns_ref, ns_hyp), ref_chars_nospace=len(ns_ref))
+               edits_nospace=Levenshtein.distance(ns_ref, ns_hyp), ref_chars_nospace=len(ns_ref),
+               word_edits=w_edits, ref_words=ref_words)
     return out
 
 
@@ -131,6 +160,8 @@ def aggregate(scores: Iterable[dict[str, Any]]) -> dict[str, Any]:
     ns_e = sum(s["edits_nospace"] for s in scores)
     ns_c = sum(s["ref_chars_nospace"] for s in scores)
     boxed = [s for s in scores if "tp" in s]
+    words = sum(s.get("ref_words", 0) for s in scores)
+    taus = [s["order_tau"] for s in scores if s.get("order_tau") is not None]
     out: dict[str, Any] = {
         "pages": len(scores),
         "errors": sum(1 for s in scores if s["error"]),
@@ -139,6 +170,9 @@ def aggregate(scores: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "cer_page_mean": (sum(s["cer"] for s in scores) / len(scores)) if scores else None,
         "cer_nospace": ns_e / ns_c if ns_c else None,
         "cer_aligned": sum(s["edits_aligned"] for s in scores) / chars if chars else None,
+        "ref_words": words,
+        "word_acc": 1.0 - sum(s.get("word_edits", 0) for s in scores) / words if words else None,
+        "order_tau": sum(taus) / len(taus) if taus else None,
         "boxed_pages": len(boxed),
         "lines": sum(s["ref_lines"] for s in boxed),
         "hyp_lines": sum(s["hyp_lines"] for s in scores),
@@ -180,15 +214,17 @@ def _records(dataset: str | Path | Sequence[Record], limit: int | None) -> list[
 
 
 def score_pages(records: Sequence[Record], pages: Sequence[Any], *, casefold: str = "auto",
-                dataset: str = "", config: dict[str, Any] | None = None) -> dict[str, Any]:
+                dataset: str = "", config: dict[str, Any] | None = None,
+                ref_order: str = "auto") -> dict[str, Any]:
     """Score already produced pages (``pages[i]`` belongs to ``records[i]``)."""
     if len(records) != len(pages):
         raise ValueError(f"{len(pages)} pages for {len(records)} records")
-    per_page = [score_page(r, p, casefold) for r, p in zip(records, pages, strict=True)]
+    per_page = [score_page(r, p, casefold, ref_order) for r, p in zip(records, pages, strict=True)]
     return {
         "dataset": str(dataset),
         "options": {"casefold": casefold, "casefold_kinds": sorted(CASEFOLD_KINDS), "iou": 0.5,
-                    "ignore_cover": 0.5, "normalisation": "NFKC + whitespace collapsed"},
+                    "ignore_cover": 0.5, "normalisation": "NFKC + whitespace collapsed",
+                    "ref_order": ref_order},
         "config": config or {},
         **summarize(per_page),
         "pages": per_page,
@@ -197,7 +233,7 @@ def score_pages(records: Sequence[Record], pages: Sequence[Any], *, casefold: st
 
 def evaluate_fn(fn: Callable[[Path], Any], dataset: str | Path | Sequence[Record],
                 limit: int | None = None, *, casefold: str = "auto",
-                config: dict[str, Any] | None = None) -> dict[str, Any]:
+                config: dict[str, Any] | None = None, ref_order: str = "auto") -> dict[str, Any]:
     """Score ``fn(image_path) -> Page-like`` on every record; an exception in fn is that page's error."""
     recs = _records(dataset, limit)
     pages: list[Any] = []
@@ -208,7 +244,8 @@ def evaluate_fn(fn: Callable[[Path], Any], dataset: str | Path | Sequence[Record
         except Exception as e:  # a failing page is scored as empty, the run goes on
             pages.append(Page([], 0, 0, source=str(r.image), error=f"{type(e).__name__}: {e}"))
     elapsed = time.perf_counter() - t0
-    res = score_pages(recs, pages, casefold=casefold, dataset=_ds_name(dataset), config=config)
+    res = score_pages(recs, pages, casefold=casefold, dataset=_ds_name(dataset), config=config,
+                      ref_order=ref_order)
     res["elapsed_s"] = elapsed
     return res
 
@@ -232,16 +269,17 @@ def engine_description(engine: OCR) -> dict[str, Any]:
 
 
 def evaluate(engine: OCR, dataset: str | Path | Sequence[Record], limit: int | None = None, *,
-             casefold: str = "auto", batch: bool = True) -> dict[str, Any]:
+             casefold: str = "auto", batch: bool = True, ref_order: str = "auto") -> dict[str, Any]:
     """Accuracy of ``engine`` on ``dataset``; ``batch`` uses read_many, else one read() per page."""
     config = engine_description(engine)
     if not batch:
-        return evaluate_fn(engine.read, dataset, limit, casefold=casefold, config=config)
+        return evaluate_fn(engine.read, dataset, limit, casefold=casefold, config=config, ref_order=ref_order)
     recs = _records(dataset, limit)
     t0 = time.perf_counter()
     pages = first_pages(engine.read_many([str(r.image) for r in recs]), [str(r.image) for r in recs])
     elapsed = time.perf_counter() - t0
-    res = score_pages(recs, pages, casefold=casefold, dataset=_ds_name(dataset), config=config)
+    res = score_pages(recs, pages, casefold=casefold, dataset=_ds_name(dataset), config=config,
+                      ref_order=ref_order)
     res["elapsed_s"] = elapsed
     return res
 

@@ -22,6 +22,15 @@ Definitions (docs/ACCURACY.md repeats them):
   the order of the reference lines they overlap most (lines overlapping none go next to the
   nearest reference line), so it does not count differences of reading order or of how
   multi-column text was split into lines; page CER minus aligned CER is that effect.
+* **Word accuracy** (``word_errors``): 1 - word-level edit distance / reference words, words being
+  the whitespace-separated tokens of the normalised texts. It counts spaces: two words glued
+  together are one substitution and one deletion. (Chinese text without spaces is one token per
+  run of characters, so this is a measure for space-delimited text.)
+* **Reading order** (``order_tau``): Kendall's tau between the hypothesis lines' order and the
+  reading-order ranks of the reference lines they overlap most (lines overlapping none left out):
+  1 = same order, -1 = reversed.
+* **Table cells** (``cell_f1``): a predicted cell counts when a reference cell at the same (row,
+  column) has the same normalised text, ignoring spaces; F1 over the cells of matched tables.
 """
 
 from __future__ import annotations
@@ -60,6 +69,24 @@ def cer(ref: str, hyp: str, casefold: bool = False) -> float:
     if n == 0:
         return 0.0 if e == 0 else 1.0
     return e / n
+
+
+def word_errors(ref: str, hyp: str, casefold: bool = False) -> tuple[int, int]:
+    """(word-level edit distance, reference words) after ``normalize_text`` of both strings."""
+    r = normalize_text(ref, casefold).split()
+    h = normalize_text(hyp, casefold).split()
+    return Levenshtein.distance(r, h), len(r)
+
+
+def kendall_tau(ranks: Sequence[float]) -> float | None:
+    """Kendall's tau-a over the pairs of distinct ranks between ``ranks`` (in hypothesis order) and
+    their sorted order; None with fewer than two distinct ranks."""
+    r = np.asarray(ranks, np.float64)
+    if len(r) < 2:
+        return None
+    d = np.sign(r[None, :] - r[:, None])[np.triu_indices(len(r), 1)]
+    n = int(np.count_nonzero(d))
+    return float(d.sum() / n) if n else None
 
 
 def to_polygon(poly: Poly) -> Polygon:
@@ -169,6 +196,32 @@ def prf(tp: int, n_hyp: int, n_ref: int) -> tuple[float, float, float]:
     return p, r, f
 
 
+def hyp_ranks(ref_polys: Sequence[Poly], ref_rank: Sequence[int], hyp_polys: Sequence[Poly]) -> list[float | None]:
+    """For every hypothesis line, the rank of the reference line it overlaps most (largest
+    intersection); None where it overlaps none."""
+    if not hyp_polys or not ref_polys:
+        return [None] * len(hyp_polys)
+    hb, rb = _bboxes(hyp_polys), _bboxes(ref_polys)
+    rp = [to_polygon(p) for p in ref_polys]
+    out: list[float | None] = []
+    for j, hpoly in enumerate(hyp_polys):
+        ov = np.nonzero((rb[:, 0] < hb[j, 2]) & (hb[j, 0] < rb[:, 2]) & (rb[:, 1] < hb[j, 3]) & (hb[j, 1] < rb[:, 3]))[0]
+        best, best_a = -1, 0.0
+        if len(ov):
+            hp = to_polygon(hpoly)
+            for i in ov:
+                a = hp.intersection(rp[i]).area
+                if a > best_a:
+                    best, best_a = int(i), a
+        out.append(float(ref_rank[best]) if best >= 0 else None)
+    return out
+
+
+def order_tau(ref_polys: Sequence[Poly], ref_rank: Sequence[int], hyp_polys: Sequence[Poly]) -> float | None:
+    """Kendall's tau of the hypothesis lines' order against the reference reading order."""
+    return kendall_tau([r for r in hyp_ranks(ref_polys, ref_rank, hyp_polys) if r is not None])
+
+
 def align_order(ref_polys: Sequence[Poly], ref_rank: Sequence[int], hyp_polys: Sequence[Poly]) -> list[int]:
     """Hypothesis indices ordered like the reference lines they overlap most.
 
@@ -185,21 +238,20 @@ def align_order(ref_polys: Sequence[Poly], ref_rank: Sequence[int], hyp_polys: S
         return sorted(range(len(hyp_polys)), key=lambda j: (hc[j, 1], hc[j, 0]))
     rb = _bboxes(ref_polys)
     rc = np.stack([(rb[:, 0] + rb[:, 2]) / 2, (rb[:, 1] + rb[:, 3]) / 2], 1)
-    rp = [to_polygon(p) for p in ref_polys]
     keys = []
-    for j, hpoly in enumerate(hyp_polys):
-        ov = np.nonzero((rb[:, 0] < hb[j, 2]) & (hb[j, 0] < rb[:, 2]) & (rb[:, 1] < hb[j, 3]) & (hb[j, 1] < rb[:, 3]))[0]
-        best, best_a = -1, 0.0
-        if len(ov):
-            hp = to_polygon(hpoly)
-            for i in ov:
-                a = hp.intersection(rp[i]).area
-                if a > best_a:
-                    best, best_a = int(i), a
-        if best >= 0:
-            rank = float(ref_rank[best])
-        else:
+    for j, rank in enumerate(hyp_ranks(ref_polys, ref_rank, hyp_polys)):
+        if rank is None:
             near = int(np.argmin(((rc - hc[j]) ** 2).sum(1)))
             rank = ref_rank[near] + 0.5
         keys.append((rank, hc[j, 0], hc[j, 1], j))
     return [k[3] for k in sorted(keys)]
+
+
+def cell_f1(ref_cells: Sequence[tuple[int, int, str]], hyp_cells: Sequence[tuple[int, int, str]]) -> tuple[int, int, int]:
+    """(matching cells, reference cells, hypothesis cells) of two tables given as (row, col, text);
+    empty cells are left out on both sides."""
+    def key(cells: Sequence[tuple[int, int, str]]) -> set[tuple[int, int, str]]:
+        return {(r, c, "".join(normalize_text(t).split())) for r, c, t in cells if t.strip()}
+
+    ref, hyp = key(ref_cells), key(hyp_cells)
+    return len(ref & hyp), len(ref), len(hyp)

@@ -35,6 +35,9 @@ from PIL import Image, ImageDraw, ImageFont
 from ocrforge.evaluation.synth_corpus import CORPUS
 
 KINDS = ("document", "receipt", "table", "form", "screenshot")
+# drawn only when asked for by name: kind="all" keeps picking from KINDS, so sets generated
+# before these existed stay byte-identical
+EXTRA_KINDS = ("columns", "tables")
 LANGS = ("zh", "en", "mixed")
 FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts")
 # Debian font files worth using (others in those folders are symbol/math/condensed variants)
@@ -145,6 +148,7 @@ class Canvas:
     clean: bool
     ink: tuple[int, int, int] = (0, 0, 0)
     lines: list[dict[str, Any]] = field(default_factory=list)
+    tables: list[dict[str, Any]] = field(default_factory=list)  # ground truth of drawn tables
 
     def __post_init__(self) -> None:
         self.draw = ImageDraw.Draw(self.img)
@@ -489,9 +493,225 @@ def layout_screenshot(c: Canvas) -> None:
             y += size * 3.6
 
 
+# ------------------------------------------------------------------------------------ documents with layout
+# Pages of kind "columns" and "tables" are drawn in reading order, so the order of their labeled
+# lines is the true reading order (records say so with "reading_order": true): header, title,
+# then each section column by column, a figure caption or table spanning the columns between
+# sections, the footer last. Tables are read row by row; their cells are labeled in "tables".
+
+def _paragraph(rng: np.random.Generator, lang: str, n: int) -> str:
+    out = ""
+    for _ in range(n):
+        sent = _text(rng, lang, "sentences")
+        out += sent + (" " if sent[-1].isascii() else "")
+    return out.strip()
+
+
+def _column_lines(c: Canvas, fi: FontInfo, size: int, width: float, count: int) -> list[tuple[str, bool]]:
+    """``count`` wrapped lines of running text: (text, starts a paragraph)."""
+    out: list[tuple[str, bool]] = []
+    while len(out) < count:
+        para = _paragraph(c.rng, c.lang, int(c.rng.integers(2, 5)))
+        if not fi.covers(para):
+            continue
+        indent = size * 2
+        first = _wrap(para, width - indent, lambda s: c.measure(s, fi, size))[:1]
+        if not first:
+            continue
+        rest_text = para[len(first[0]):].strip()
+        rest = _wrap(rest_text, width, lambda s: c.measure(s, fi, size)) if rest_text else []
+        out.append((first[0], True))
+        out.extend((ln, False) for ln in rest)
+    return out[:count]
+
+
+def _draw_table(c: Canvas, x: float, y: float, width: float, size: int, ruled: bool, lang: str,
+                max_h: float) -> float:
+    """A table at (x, y) across ``width``; returns its bottom (y when nothing fits)."""
+    rng = c.rng
+    ncol = int(rng.integers(3, 6))
+    rh = size * (2.0 if ruled else 1.8)
+    nrow = int(min(rng.integers(3, 8), max_h // rh))
+    if nrow < 3:
+        return y
+    heads_zh = ["名称", "数量", "单价", "金额", "日期", "编号", "类型", "状态", "备注", "地区"]
+    heads_en = ["Name", "Qty", "Price", "Amount", "Date", "ID", "Type", "Status", "Notes", "Region"]
+    heads = [str(h) for h in rng.choice(heads_zh if lang == "zh" else heads_en, ncol, replace=False)]
+    kinds = [0] + [int(rng.integers(1, 4)) for _ in range(ncol - 1)]
+    rows = [heads]
+    for _ in range(nrow - 1):
+        row = []
+        for k in kinds:
+            row.append(_text(rng, lang, "words") if k == 0 else _number(rng) if k == 1
+                       else _date(rng, "en") if k == 2 else str(int(rng.integers(1, 10**4))))
+        rows.append(row)
+    fi = c.pick_font("".join("".join(r) for r in rows))
+    bold = c.pick_font("".join(heads), bold=True) or fi
+    if fi is None:
+        return y
+    pad = size * 0.6
+    if ruled:
+        cw = [width / ncol] * ncol
+    else:  # columns as wide as their content, the spare width spread between them
+        need = [max(c.measure(r[k], fi, size) for r in rows) + 2 * pad for k in range(ncol)]
+        if sum(need) > width:
+            return y
+        spare = (width - sum(need)) / ncol
+        cw = [n + spare for n in need]
+    xs = [x + sum(cw[:k]) for k in range(ncol + 1)]
+    cells = []
+    for r, row in enumerate(rows):
+        ty = y + r * rh + (rh - size) / 2 - size * 0.1
+        for k, t in enumerate(row):
+            f = bold if r == 0 else fi
+            lines = _wrap(t, cw[k] - 2 * pad, lambda s, f=f: c.measure(s, f, size))
+            drawn = c.put(xs[k] + pad, ty, lines[0], f, size) if lines else None
+            cells.append({"row": r, "col": k, "text": lines[0] if drawn else ""})
+    bottom = y + nrow * rh
+    grid = c.ink
+    if ruled:
+        for r in range(nrow + 1):
+            c.draw.line([(x, y + r * rh), (x + width, y + r * rh)], fill=grid, width=1)
+        for k in range(ncol + 1):
+            c.draw.line([(xs[k], y), (xs[k], bottom)], fill=grid, width=1)
+    elif rng.random() < 0.5:  # booktabs-like: rules above, below the header and at the bottom only
+        for yy in (y, y + rh, bottom):
+            c.draw.line([(x, yy), (x + width, yy)], fill=grid, width=1)
+    c.tables.append({"box": (x, y, x + width, bottom), "rows": nrow, "cols": ncol, "ruled": ruled,
+                     "cells": cells})
+    return bottom
+
+
+def _draw_figure(c: Canvas, x: float, y: float, width: float, height: float) -> None:
+    """A text-free chart: frame, bars or a curve, in grey or colour."""
+    rng = c.rng
+    col = tuple(int(v) for v in rng.integers(60, 200, 3))
+    c.draw.rectangle([x, y, x + width, y + height], outline=(120, 120, 120), width=1)
+    n = int(rng.integers(4, 12))
+    if rng.random() < 0.5:
+        bw = width / (n * 1.6)
+        for k in range(n):
+            bh = height * rng.uniform(0.15, 0.85)
+            bx = x + (k + 0.5) * width / n - bw / 2
+            c.draw.rectangle([bx, y + height - 6 - bh, bx + bw, y + height - 6], fill=col)
+    else:
+        pts = [(x + 8 + k * (width - 16) / (n - 1), y + height * rng.uniform(0.15, 0.85)) for k in range(n)]
+        c.draw.line(pts, fill=col, width=2)
+
+
+def _spanning_text(c: Canvas, width: float, size: int, bold: bool = False) -> str:
+    """Sentences joined until the text runs well past ``width`` (a column and its gutter), so that a
+    title or caption set over several columns visibly crosses a gutter."""
+    text = _text(c.rng, c.lang, "sentences").rstrip("。.")
+    for _ in range(4):
+        fi = c.pick_font(text, bold=bold)
+        if fi is None or c.measure(text, fi, size) >= 1.3 * width:
+            break
+        more = _text(c.rng, c.lang, "sentences").rstrip("。.")
+        text += ("，" if not text[-1].isascii() else ", ") + more
+    return text
+
+
+def layout_columns(c: Canvas) -> None:
+    rng = c.rng
+    m = int(rng.integers(50, 90))
+    lang = _lang_of(rng, c.lang)
+    body = c.size(12, 17)
+    step = body * rng.uniform(1.35, 1.6)
+    ncol = int(rng.integers(2, 4))
+    gutter = body * rng.uniform(1.8, 3.2)
+    y = float(m)
+    footer_y = c.h - m * 0.7
+    if rng.random() < 0.7:  # running header: title left, page number right
+        hs = max(body - 2, 10)
+        head = _text(rng, c.lang, "words") + (" " if lang != "zh" else "") + _text(rng, c.lang, "words")
+        _put_fit(c, m, y, head, hs, (c.w - 2 * m) * 0.6)
+        if rng.random() < 0.6:
+            num = str(int(rng.integers(2, 400)))
+            fi = c.pick_font(num)
+            if fi:
+                c.put(c.w - m - c.measure(num, fi, hs), y, num, fi, hs)
+        y += hs * 1.6
+        if rng.random() < 0.5:
+            c.draw.line([(m, y), (c.w - m, y)], fill=c.ink, width=1)
+        y += hs * 1.5
+    ts = int(rng.integers(24, 36))
+    title = _text(rng, c.lang, "sentences").rstrip("。.")
+    fi = c.pick_font(title, bold=True)
+    if fi:
+        for ln in _wrap(title, c.w - 2 * m, lambda s: c.measure(s, fi, ts))[:2]:
+            c.put(m, y, ln, fi, ts)
+            y += ts * 1.3
+    y += ts * 0.6
+    while y < footer_y - body * 6:
+        if rng.random() < 0.2:
+            ncol = int(rng.integers(2, 4))
+        cw = (c.w - 2 * m - (ncol - 1) * gutter) / ncol
+        room = int((footer_y - body * 3 - y) // step)
+        k = int(min(rng.integers(4, 16), room))
+        if k < 2:
+            break
+        fi = c.pick_font(_paragraph(rng, c.lang, 3))
+        if fi is None:
+            break
+        lines = _column_lines(c, fi, body, cw, k * ncol)
+        for n, (text, starts) in enumerate(lines):
+            col, row = divmod(n, k)
+            c.put(m + col * (cw + gutter) + (body * 2 if starts else 0), y + row * step, text, fi, body)
+        y += k * step + body * 1.2
+        # every section ends with something over all columns, so where one section ends is clear
+        r = rng.random()
+        left = footer_y - body * 3 - y
+        if r < 0.3 and left > 140:  # figure over all columns with a caption below it
+            fh = float(min(rng.uniform(100, 240), left - body * 4))
+            _draw_figure(c, m, y, c.w - 2 * m, fh)
+            y += fh + body * 0.6
+            cap = (("图" if lang == "zh" else "Figure ") + str(int(rng.integers(1, 9))) + " "
+                   + _spanning_text(c, cw + gutter, max(body - 1, 10)))
+            box = _put_fit(c, m, y, cap, max(body - 1, 10), c.w - 2 * m)
+            y = (box[3] if box else y) + body * 1.4
+        elif r < 0.5 and left > body * 8:  # table over all columns
+            bottom = _draw_table(c, m, y, c.w - 2 * m, body, rng.random() < 0.5, lang, left - body * 2)
+            y = bottom + body * 1.6
+        else:  # section title over all columns
+            sh = body + int(rng.integers(3, 8))
+            sub = _spanning_text(c, cw + gutter, sh, bold=True)
+            box = _put_fit(c, m, y, sub, sh, c.w - 2 * m, bold=True)
+            y = (box[3] if box else y) + body * 1.0
+    if rng.random() < 0.7:  # footer: page number centred, or a note at the left
+        fs = max(body - 3, 10)
+        if rng.random() < 0.5:
+            num = str(int(rng.integers(1, 400)))
+            fi = c.pick_font(num)
+            if fi:
+                c.put(c.w / 2 - c.measure(num, fi, fs) / 2, footer_y, num, fi, fs)
+        else:
+            _put_fit(c, m, footer_y, _text(rng, c.lang, "sentences"), fs, c.w - 2 * m)
+
+
+def layout_tables(c: Canvas) -> None:
+    rng = c.rng
+    m = int(rng.integers(40, 70))
+    lang = _lang_of(rng, c.lang)
+    size = c.size(12, 16)
+    y = float(m)
+    box = _put_fit(c, m, y, _text(rng, c.lang, "sentences").rstrip("。."), size + 8, c.w - 2 * m, bold=True)
+    y = (box[3] if box else y + size + 8) + size * 1.2
+    while y < c.h - m - size * 8:
+        width = (c.w - 2 * m) * rng.uniform(0.6, 1.0)
+        bottom = _draw_table(c, m, y, width, size, rng.random() < 0.5, lang, c.h - m - y)
+        if bottom == y:
+            break
+        y = bottom + size * 1.5
+        if rng.random() < 0.6 and y < c.h - m - size * 3:
+            box = _put_fit(c, m, y, _text(rng, c.lang, "sentences"), size, c.w - 2 * m)
+            y = (box[3] if box else y) + size * 1.6
+
+
 LAYOUTS: dict[str, Callable[[Canvas], None]] = {
     "document": layout_document, "receipt": layout_receipt, "table": layout_table,
     "form": layout_form, "screenshot": layout_screenshot,
+    "columns": layout_columns, "tables": layout_tables,
 }
 PAGE_SIZES = {  # (width range, height range)
     "document": ((700, 900), (900, 1200)),
@@ -499,6 +719,8 @@ PAGE_SIZES = {  # (width range, height range)
     "table": ((800, 1100), (500, 800)),
     "form": ((700, 900), (700, 1000)),
     "screenshot": ((960, 1280), (600, 800)),
+    "columns": ((1000, 1300), (1300, 1700)),
+    "tables": ((800, 1100), (700, 1000)),
 }
 
 
@@ -547,7 +769,7 @@ def render_page(seed: int, index: int, *, lang: str = "all", kind: str = "all", 
     k = kind if kind != "all" else KINDS[int(rng.integers(len(KINDS)))]
     lg = lang if lang != "all" else LANGS[int(rng.integers(len(LANGS)))]
     if k not in LAYOUTS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)} or all, not {k!r}")
+        raise ValueError(f"kind must be one of {', '.join(KINDS + EXTRA_KINDS)} or all, not {k!r}")
     if lg not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)} or all, not {lg!r}")
     (w0, w1), (h0, h1) = PAGE_SIZES[k]
@@ -560,7 +782,8 @@ def render_page(seed: int, index: int, *, lang: str = "all", kind: str = "all", 
     canvas = Canvas(Image.fromarray(bg), rng, fonts, lg, clean, ink=(ink_v, ink_v, ink_v))
     LAYOUTS[k](canvas)
     img = np.asarray(canvas.img)
-    boxes = [ln["box"] for ln in canvas.lines]
+    # table boxes ride along with the line boxes through every geometric transform
+    boxes = [ln["box"] for ln in canvas.lines] + [t["box"] for t in canvas.tables]
     polys = np.array([[[x0, y0], [x1, y0], [x1, y1], [x0, y1]] for x0, y0, x1, y1 in boxes],
                      np.float64).reshape(-1, 4, 2)
     tf: dict[str, Any] = {"skew_deg": 0.0, "rotate_cw": 0, "blur_sigma": 0.0, "noise_std": 0.0,
@@ -568,7 +791,7 @@ def render_page(seed: int, index: int, *, lang: str = "all", kind: str = "all", 
     if not clean and rng.random() < 0.35:
         tf["skew_deg"] = round(float(rng.uniform(-3, 3)), 2)
         img, polys = _skew(img, polys, tf["skew_deg"], tuple(int(v) for v in bg[0, 0]))
-    if not clean and rng.random() < 0.1:
+    if not clean and rng.random() < 0.1 and k not in EXTRA_KINDS:  # layout pages stay upright
         tf["rotate_cw"] = int(rng.choice([90, 180, 270]))
         hh, ww = img.shape[:2]
         code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
@@ -592,11 +815,19 @@ def render_page(seed: int, index: int, *, lang: str = "all", kind: str = "all", 
     hh, ww = img.shape[:2]
     polys[..., 0] = np.clip(polys[..., 0], 0, ww)
     polys[..., 1] = np.clip(polys[..., 1], 0, hh)
-    lines = [{"text": ln["text"], "poly": [[round(float(x), 1), round(float(y), 1)] for x, y in p],
-              "font": ln["font"], "size": ln["size"]} for ln, p in zip(canvas.lines, polys, strict=True)]
+    def rounded(p: np.ndarray) -> list[list[float]]:
+        return [[round(float(x), 1), round(float(y), 1)] for x, y in p]
+
+    n_lines = len(canvas.lines)
+    lines = [{"text": ln["text"], "poly": rounded(p), "font": ln["font"], "size": ln["size"]}
+             for ln, p in zip(canvas.lines, polys[:n_lines], strict=True)]
     record = {"lang": _content_lang(ln["text"] for ln in lines) or lg, "kind": k, "source": "ocrforge-synth", "seed": seed, "index": index,
               "width": ww, "height": hh, "fonts": sorted({ln["font"] for ln in lines}),
               "transforms": tf, "lines": lines}
+    if k in EXTRA_KINDS:
+        record["reading_order"] = True
+        record["tables"] = [{"poly": rounded(p), "rows": t["rows"], "cols": t["cols"], "ruled": t["ruled"],
+                             "cells": t["cells"]} for t, p in zip(canvas.tables, polys[n_lines:], strict=True)]
     return buf.getvalue(), ext, record
 
 
@@ -608,6 +839,10 @@ def generate(out_dir: str | Path, pages: int, seed: int = 0, *, lang: str = "all
     ``lang``: zh, en, mixed or all (each page picks one); ``kind``: one of KINDS or all;
     ``clean``: no degradations, no rotation, text >= 16 px (for sanity checks);
     ``min_lines``: a page with fewer lines is re-drawn (deterministically) up to 20 times.
+    Kinds in EXTRA_KINDS ("columns": 2-3 column documents with spanning titles, figures and
+    tables, headers and footers; "tables": ruled and unruled tables) are only drawn when asked
+    for; their records carry ``reading_order: true`` (lines listed in reading order) and
+    ``tables`` (grid size and cell texts).
     """
     from ocrforge.config import atomic_write_text
 
@@ -615,8 +850,8 @@ def generate(out_dir: str | Path, pages: int, seed: int = 0, *, lang: str = "all
         raise ValueError("pages must be >= 1")
     if lang not in (*LANGS, "all"):
         raise ValueError(f"lang must be one of {', '.join(LANGS)} or all, not {lang!r}")
-    if kind not in (*KINDS, "all"):
-        raise ValueError(f"kind must be one of {', '.join(KINDS)} or all, not {kind!r}")
+    if kind not in (*KINDS, *EXTRA_KINDS, "all"):
+        raise ValueError(f"kind must be one of {', '.join(KINDS + EXTRA_KINDS)} or all, not {kind!r}")
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
     font_set = find_fonts(list(fonts) if fonts else None)

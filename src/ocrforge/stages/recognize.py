@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -93,6 +94,7 @@ class CTCDecoder:
         # every class but the blank is one code point: decode a whole batch as one UTF-32 string
         self._codes = (np.array([ord(c) if len(c) == 1 else 0 for c in characters], np.uint32)
                        if all(len(c) == 1 for c in characters[1:]) else None)
+        self.space_index = characters.index(" ") if " " in characters else None
 
     def __call__(self, probs: np.ndarray) -> list[tuple[str, float]]:
         """probs: BxTxC softmax output -> (text, mean confidence of the kept characters)."""
@@ -122,3 +124,75 @@ class CTCDecoder:
             chars = chars[chars < len(self.characters)]
             out.append(("".join(self.characters[chars]), float(conf[b][k].mean())))
         return out
+
+    def decode_steps(self, probs: np.ndarray, content_widths: list[int] | np.ndarray,
+                     batch_width: int) -> list[CharSteps]:
+        """``__call__`` plus character steps: ``content_widths`` are the crops' widths in network
+        pixels before right-padding to ``batch_width`` (``RecPreprocessor.target_width``)."""
+        idx = probs.argmax(axis=2)
+        conf = np.take_along_axis(probs, idx[..., None], axis=2)[..., 0]
+        space = probs[:, :, self.space_index] if self.space_index is not None else None
+        T = probs.shape[1]
+        cs = np.minimum(np.asarray(content_widths, np.float64), batch_width) * T / batch_width
+        return self.collapse_steps(idx, conf, space, cs)
+
+    def collapse_steps(self, idx: np.ndarray, conf: np.ndarray, space_prob: np.ndarray | None = None,
+                       content_steps: np.ndarray | None = None) -> list[CharSteps]:
+        """Like ``collapse``, plus where each kept character sits in the CTC output.
+
+        ``space_prob`` (BxT, the probability of the space class at every step) is optional; with
+        it, each pair of neighbouring characters also gets the largest space probability seen
+        between them (a space the argmax did not pick still leaves a trace there).
+        ``content_steps[b]`` is how many steps cover crop b itself (the rest is padding);
+        default T.
+        """
+        B, T = idx.shape
+        keep = idx != 0
+        keep[:, 1:] &= idx[:, 1:] != idx[:, :-1]
+        keep &= idx < len(self.characters)
+        # last step of the run each step belongs to: the next step where the class changes
+        last = np.ones((B, T), bool)
+        last[:, :-1] = idx[:, 1:] != idx[:, :-1]
+        pos = np.where(last, np.arange(T), T)
+        run_end = np.minimum.accumulate(pos[:, ::-1], axis=1)[:, ::-1]
+        out = []
+        for b, (text, score) in enumerate(self.collapse(idx, conf)):
+            starts = np.flatnonzero(keep[b]).astype(np.int32)
+            ends = run_end[b, starts].astype(np.int32)
+            gap = _gap_max(space_prob[b], ends[:-1], starts[1:]) if space_prob is not None else None
+            cs = float(T if content_steps is None else content_steps[b])
+            out.append(CharSteps(text, score, starts, ends, conf[b, starts].astype(np.float32), T, cs, gap))
+        return out
+
+
+def _gap_max(p: np.ndarray, after: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """max(p[a+1 : b]) for every pair (a, b); 0 where the range is empty."""
+    out = np.zeros(len(after), np.float32)
+    k = np.flatnonzero(before > after + 1)
+    if len(k):
+        # the ranges are disjoint and increasing: one reduceat over [start, end) pairs
+        bounds = np.stack([after[k] + 1, before[k]], 1).ravel()
+        out[k] = np.maximum.reduceat(np.append(p, 0.0), bounds)[::2]
+    return out
+
+
+@dataclass
+class CharSteps:
+    """A decoded line with the CTC time steps of its characters.
+
+    ``start[k]``/``end[k]`` are the first and last step (inclusive) of the argmax run that gave
+    character ``text[k]``, ``conf[k]`` its probability. ``steps`` is T, the steps the network produced for the padded batch
+    width; ``content_steps`` of them cover the crop itself (T * crop width / batch width, both in
+    network pixels), so step t lies at (t + 0.5) / content_steps of the crop's width.
+    ``gap_space[k]`` (optional) is the largest space-class probability between characters k
+    and k+1.
+    """
+
+    text: str
+    score: float
+    start: np.ndarray
+    end: np.ndarray
+    conf: np.ndarray
+    steps: int
+    content_steps: float
+    gap_space: np.ndarray | None = None

@@ -1,0 +1,77 @@
+"""CPU cost of the layout stage against the whole page (issue 11: at most 10 % on documents).
+
+    python benchmarks/layout_cost.py DATASET [DATASET ...] [--kinds document,columns] [--limit N]
+
+Every page is read once with the layout stage on (``OCR.layout``); the process CPU time of the
+whole read (all threads: decode, detection, recognition, layout) and of ``layout.analyze`` alone
+are taken with ``time.process_time``; the share is their ratio, per data set kind and overall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import ocrforge.layout as layout
+from ocrforge import OCR
+from ocrforge.evaluation.dataset import load_dataset
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("datasets", nargs="+")
+    ap.add_argument("--kinds", default="document,columns,tables",
+                    help="record kinds to measure (comma-separated; default document,columns,tables)")
+    ap.add_argument("--limit", type=int, default=10, help="pages per data set (default 10)")
+    ap.add_argument("--json", help="write per-page numbers here")
+    args = ap.parse_args()
+    kinds = set(args.kinds.split(","))
+    engine = OCR()
+    engine.layout = {}
+    spent: list[float] = []
+    real = layout.analyze
+
+    def timed(*a, **k):
+        t0 = time.process_time()
+        try:
+            return real(*a, **k)
+        finally:
+            spent.append(time.process_time() - t0)
+
+    layout.analyze = timed
+    rows = []
+    try:
+        for ds in args.datasets:
+            recs = [r for r in load_dataset(ds) if r.kind in kinds][: args.limit]
+            for r in recs:
+                spent.clear()
+                t0 = time.process_time()
+                page = engine.read(str(r.image))
+                total = time.process_time() - t0
+                rows.append({"dataset": ds, "image": r.name, "kind": r.kind, "lines": len(page.lines),
+                             "page_cpu_s": total, "layout_cpu_s": sum(spent)})
+                print(f"{r.name:60s} {r.kind:9s} lines {len(page.lines):4d}  page {total:7.3f} s  "
+                      f"layout {sum(spent):6.3f} s  ({100 * sum(spent) / total:5.2f} %)", flush=True)
+    finally:
+        layout.analyze = real
+    if not rows:
+        print("no pages of the kinds asked for")
+        return 1
+    print(f"\nhost: {platform.machine()}, {platform.python_version()}; per-page CPU share of layout:")
+    for kind in sorted({r["kind"] for r in rows}) + ["all"]:
+        sel = [r for r in rows if kind in ("all", r["kind"])]
+        shares = [r["layout_cpu_s"] / r["page_cpu_s"] for r in sel]
+        tot = sum(r["layout_cpu_s"] for r in sel) / sum(r["page_cpu_s"] for r in sel)
+        print(f"  {kind:9s} pages {len(sel):3d}  median {100 * statistics.median(shares):5.2f} %  "
+              f"max {100 * max(shares):5.2f} %  total {100 * tot:5.2f} %")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

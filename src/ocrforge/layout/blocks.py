@@ -1,0 +1,103 @@
+"""Blocks: running headers and footers, and lines in reading order grouped into paragraphs,
+titles and lists. Boxes are in the deskewed frame (``layout.rows``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from ocrforge.layout.rows import group_rows
+
+_BULLET = re.compile(r"^\s*([•·▪◦●○■□\-–—*]|\(?\d{1,2}[.)]|\(?[a-zA-Z][.)]|[（(][一二三四五六七八九十\d]+[)）]|[一二三四五六七八九十]+、)\s*")
+
+
+def headers_footers(boxes: np.ndarray, ids: Sequence[int], page_height: float,
+                    body_height: float) -> tuple[list[int], list[int]]:
+    """The first (last) row of the page when it lies in a thin band at the top (bottom), is in
+    text no larger than the body's and is set apart from the rest by a clear gap: a running
+    header (footer, page number)."""
+    ids = list(ids)
+    if len(ids) < 4 or page_height <= 0:
+        return [], []
+    h = body_height
+    rows = group_rows(boxes, ids)
+
+    def band(row: list[int], rest: list[int], top: bool) -> list[int]:
+        if len(row) > 4 or len(rest) < 3:
+            return []
+        if top:
+            inside = boxes[row, 3].max() <= 0.12 * page_height
+            gap = boxes[rest, 1].min() - boxes[row, 3].max()
+        else:
+            inside = boxes[row, 1].min() >= 0.88 * page_height
+            gap = boxes[row, 1].min() - boxes[rest, 3].max()
+        small = np.median(boxes[row, 3] - boxes[row, 1]) <= 1.25 * h
+        return list(row) if inside and small and gap >= 0.8 * h else []
+
+    head = band(rows[0], [i for r in rows[1:] for i in r], True)
+    foot = band(rows[-1], [i for r in rows[:-1] for i in r], False) if len(rows) > 1 else []
+    return head, [i for i in foot if i not in head]
+
+
+def typical_line_gap(boxes: np.ndarray, order: Sequence[int], h: float) -> float:
+    """Median vertical gap between a line and the next one read below it in the same column."""
+    gaps = []
+    for a, b in zip(order, order[1:], strict=False):
+        g = boxes[b, 1] - boxes[a, 3]
+        if -0.5 * h <= g <= 2 * h and _x_overlap(boxes[a], boxes[b]) > 0:
+            gaps.append(g)
+    return float(np.median(gaps)) if gaps else 0.3 * h
+
+
+def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], body_height: float,
+               line_gap: float) -> list[tuple[str, list[int]]]:
+    """Consecutive lines (in reading order) grouped into (kind, lines) blocks: a block ends at a
+    wider gap, a change of column or of text size, or an indented first line."""
+    h = body_height
+    out: list[list[int]] = []
+    for i in order:
+        if out and _continues(boxes, out[-1], i, h, line_gap):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return [(_kind(boxes, blk, texts, h), blk) for blk in out]
+
+
+def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: float) -> bool:
+    p = block[-1]
+    a, b = boxes[p], boxes[i]
+    ha, hb = a[3] - a[1], b[3] - b[1]
+    if _y_overlap(a, b) > 0.5 * min(ha, hb):
+        return True  # same row (e.g. an item and its price)
+    if abs(ha - hb) > 0.3 * max(ha, hb):
+        return False  # text size changes: title / body
+    gap = b[1] - a[3]
+    if gap < -0.5 * min(ha, hb) or gap > line_gap + 0.5 * h:
+        return False
+    if _x_overlap(a, b) <= 0:
+        return False
+    left = boxes[block, 0].min()
+    if b[0] > left + 1.2 * h:
+        return False  # indented: a new paragraph starts
+    if b[0] < left - 1.2 * h and not (len(block) == 1 and b[0] >= left - 4.5 * h):
+        return False  # starts left of the block, beyond a first-line indent
+    return True
+
+
+def _kind(boxes: np.ndarray, blk: list[int], texts: Sequence[str], h: float) -> str:
+    heights = boxes[blk, 3] - boxes[blk, 1]
+    if len(blk) <= 3 and np.median(heights) >= 1.35 * h:
+        return "title"
+    if len(blk) >= 2 and sum(1 for i in blk if _BULLET.match(texts[i])) >= max(2, 0.5 * len(blk)):
+        return "list"
+    return "paragraph"
+
+
+def _x_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    return min(a[2], b[2]) - max(a[0], b[0])
+
+
+def _y_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    return min(a[3], b[3]) - max(a[1], b[1])

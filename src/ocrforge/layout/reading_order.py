@@ -1,0 +1,264 @@
+"""Reading order of a page's text units: recursive XY-cut over column chains, with page-wide
+elements masked first.
+
+The units are axis-aligned boxes in the deskewed frame (text lines, or whole tables).
+
+1. Chains: a line and the line right below it are linked when each is the other's only neighbour
+   in that direction (overlapping horizontally, similar height, gap up to about a line). Chains
+   are the pieces of text columns: they never reach across a gutter, because a title or caption
+   over two columns has two neighbours below or above it, and never join the parts of a row.
+2. XY-cut on the chains (Nagy and Seth), top level first:
+   a. page-wide chains, those overlapping two chains that are apart from each other (a title,
+      caption or table over several columns; the masking step of XY-Cut++, arXiv 2504.10258), cut
+      the region into horizontal bands, each read on its own: text above a spanning title is read,
+      column by column, before it;
+   b. a vertical gap through the region (a gutter, Breuel's whitespace column finding in its
+      simplest form) cuts it into columns, left to right, when the sides look like running text:
+      several lines, several line heights wide, that fill their column or do not pair up row by
+      row with the other side (receipt items and prices, form labels and values do);
+   c. a horizontal gap cuts it into bands, top to bottom;
+   d. what is left is read row by row, left to right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ocrforge.layout.rows import group_rows
+
+# narrowest gutter between columns, in line heights: detected line boxes are padded, so the
+# visible whitespace between two columns of small text can be well under a line height
+GUTTER = 0.4
+
+
+def reading_order(boxes: np.ndarray, line_height: float | None = None) -> list[int]:
+    """Indices of ``boxes`` (N x 4: x0, y0, x1, y1, deskewed) in reading order."""
+    n = len(boxes)
+    if n == 0:
+        return []
+    boxes = np.asarray(boxes, np.float64)
+    h = line_height or float(max(np.median(boxes[:, 3] - boxes[:, 1]), 1.0))
+    chains = column_chains(boxes, h)
+    cb = np.array([[boxes[c, 0].min(), boxes[c, 1].min(), boxes[c, 2].max(), boxes[c, 3].max()] for c in chains])
+    return _order(_Region(boxes, chains, cb, h), list(range(len(chains))), 0)
+
+
+def column_chains(boxes: np.ndarray, h: float) -> list[list[int]]:
+    """Lines linked top to bottom with their only neighbour below (and it with its only one above)."""
+    n = len(boxes)
+    heights = boxes[:, 3] - boxes[:, 1]
+    widths = boxes[:, 2] - boxes[:, 0]
+    order = np.argsort(boxes[:, 1], kind="stable")
+    down = np.full(n, -1)
+    up = np.full(n, -1)
+    below: list[list[int]] = [[] for _ in range(n)]
+    above: list[list[int]] = [[] for _ in range(n)]
+    for ka, a in enumerate(order):
+        ha = heights[a]
+        for b in order[ka + 1 :]:
+            gap = boxes[b, 1] - boxes[a, 3]
+            if gap > 1.6 * max(ha, h):
+                break
+            if b == a or gap < -0.5 * min(ha, heights[b]):
+                continue
+            ov = min(boxes[a, 2], boxes[b, 2]) - max(boxes[a, 0], boxes[b, 0])
+            if ov <= min(0.3 * min(widths[a], widths[b]), 2 * h):
+                continue
+            below[a].append(int(b))
+            above[int(b)].append(int(a))
+    for a in range(n):
+        # the next row below: the candidates starting within half a line of the nearest one
+        if below[a]:
+            top = min(boxes[b, 1] for b in below[a])
+            nxt = [b for b in below[a] if boxes[b, 1] < top + 0.5 * h]
+            if len(nxt) == 1 and abs(heights[nxt[0]] - heights[a]) <= 0.35 * max(heights[a], heights[nxt[0]]):
+                down[a] = nxt[0]
+        if above[a]:
+            bottom = max(boxes[b, 3] for b in above[a])
+            prv = [b for b in above[a] if boxes[b, 3] > bottom - 0.5 * h]
+            if len(prv) == 1:
+                up[a] = prv[0]
+    chains: list[list[int]] = []
+    seen = np.zeros(n, bool)
+    for a in order:
+        if seen[a] or (up[a] >= 0 and down[up[a]] == a):
+            continue  # not the head of a chain
+        chain = [int(a)]
+        seen[a] = True
+        while down[chain[-1]] >= 0 and up[down[chain[-1]]] == chain[-1] and not seen[down[chain[-1]]]:
+            chain.append(int(down[chain[-1]]))
+            seen[chain[-1]] = True
+        chains.append(chain)
+    for a in range(n):  # cycles cannot happen (links go down), but never lose a line
+        if not seen[a]:
+            chains.append([a])
+    return [piece for c in chains for piece in _detach_ends(boxes, c, h)]
+
+
+def _detach_ends(boxes: np.ndarray, chain: list[int], h: float) -> list[list[int]]:
+    """A chain's first or last line that reaches sideways beyond the rest of the chain (a caption
+    or title wider than the column it sits on) becomes a chain of its own."""
+    head: list[list[int]] = []
+    tail: list[list[int]] = []
+    body = list(chain)
+    while len(body) >= 3:
+        inner = boxes[body[1:-1]]
+        x0, x1 = inner[:, 0].min(), inner[:, 2].max()
+        first, last = boxes[body[0]], boxes[body[-1]]
+        if first[2] > x1 + 1.5 * h or first[0] < x0 - 3 * h:
+            head.append([body.pop(0)])
+        elif last[2] > x1 + 1.5 * h or last[0] < x0 - 3 * h:
+            tail.insert(0, [body.pop()])
+        else:
+            break
+    return head + [body] + tail
+
+
+class _Region:
+    def __init__(self, boxes: np.ndarray, chains: list[list[int]], cb: np.ndarray, h: float):
+        self.boxes, self.chains, self.cb, self.h = boxes, chains, cb, h
+
+    def lines(self, ids: Sequence[int]) -> list[int]:
+        return [i for c in ids for i in self.chains[c]]
+
+
+def _order(r: _Region, ids: list[int], depth: int) -> list[int]:
+    """Line indices of the chains ``ids`` in reading order."""
+    if len(ids) == 1:
+        return list(r.chains[ids[0]])
+    if depth > 50:  # pathological nesting
+        return [i for row in group_rows(r.boxes, r.lines(ids)) for i in row]
+    b, h = r.cb, r.h
+    spanning = _spanning(b, ids, h)
+    if spanning:
+        bands = _bands_at(b, ids, spanning)
+        if len(bands) > 1:
+            return [i for band in bands for i in _order(r, band, depth + 1)]
+    cols = _split(b, ids, axis=0, min_gap=GUTTER * h)
+    if len(cols) > 1 and _text_columns(r, cols):
+        return [i for c in cols for i in _order(r, c, depth + 1)]
+    bands = _split(b, ids, axis=1, min_gap=-0.25 * h)
+    if len(bands) > 1:
+        return [i for band in bands for i in _order(r, band, depth + 1)]
+    return [i for row in group_rows(r.boxes, r.lines(ids)) for i in row]
+
+
+def _split(b: np.ndarray, ids: list[int], axis: int, min_gap: float) -> list[list[int]]:
+    """Groups of ids separated by gaps (> min_gap; a negative min_gap lets neighbours overlap that
+    much) in the projection on x (axis 0) or y (axis 1), in increasing order."""
+    lo, hi = b[ids, axis], b[ids, axis + 2]
+    groups: list[list[int]] = []
+    reach = -np.inf
+    for k in np.argsort(lo, kind="stable"):
+        if groups and lo[k] - reach <= min_gap:
+            groups[-1].append(ids[k])
+        else:
+            groups.append([ids[k]])
+        reach = max(reach, hi[k])
+    return groups
+
+
+def _spanning(b: np.ndarray, ids: list[int], h: float) -> list[int]:
+    """Chains whose nearest neighbours right below (or right above) them include two chains lying
+    apart from each other side by side (their near ends level within two line heights): a title,
+    caption or table set over two or more columns."""
+    out = []
+    for s in ids:
+        for below in (True, False):
+            # pieces of text of some width only (a lone "。" at a line's start is no column)
+            near = [c for c in _nearest(b, ids, s, below, h) if b[c, 2] - b[c, 0] >= 3 * h]
+            edge = b[near, 1] if below else b[near, 3]
+            if any(b[p, 2] + GUTTER * h <= b[q, 0] and abs(edge[i] - edge[j]) <= 2 * h
+                   for i, p in enumerate(near) for j, q in enumerate(near)):
+                out.append(s)
+                break
+    return out
+
+
+def _nearest(b: np.ndarray, ids: list[int], s: int, below: bool, h: float) -> list[int]:
+    """The chains seen first when looking from chain s straight down (or up): each overlaps s by
+    a line height and is not hidden behind chains nearer to s."""
+    x0, x1 = b[s, 0], b[s, 2]
+    if below:
+        cand = [c for c in ids if c != s and b[c, 1] >= b[s, 3] - 0.25 * h]
+        cand.sort(key=lambda c: b[c, 1])
+    else:
+        cand = [c for c in ids if c != s and b[c, 3] <= b[s, 1] + 0.25 * h]
+        cand.sort(key=lambda c: -b[c, 3])
+    seen: list[tuple[float, float]] = []
+    out = []
+    for c in cand:
+        lo, hi = max(x0, b[c, 0]), min(x1, b[c, 2])
+        if hi - lo < h:
+            continue
+        hidden = sum(max(0.0, min(hi, e1) - max(lo, e0)) for e0, e1 in seen)
+        if hidden < 0.5 * (hi - lo):
+            out.append(c)
+        seen.append((lo, hi))
+        if sum(e1 - e0 for e0, e1 in _union(seen)) >= 0.95 * (x1 - x0):
+            break
+    return out
+
+
+def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, z in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], z))
+        else:
+            out.append((a, z))
+    return out
+
+
+def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
+    """Whether every part looks like a column of running text rather than one side of rows that
+    belong together (receipt items and prices, form labels and values, table cells)."""
+    b, h = r.boxes, r.h
+    lines = [r.lines(p) for p in parts]
+    if any(len(p) < 2 for p in lines):
+        return False
+    for k, p in enumerate(lines):
+        pw = b[p, 2].max() - b[p, 0].min()
+        widths = b[p, 2] - b[p, 0]
+        if pw < 4 * h or np.median(widths) < 3 * h:
+            return False
+        if float(np.median(widths)) / pw >= 0.7 or np.percentile(widths, 75) >= 12 * h:
+            continue  # lines that fill their column, or long lines of running text
+        # short, ragged lines: columns only if they do not pair up row by row with a neighbour
+        others = [j for i, q in enumerate(lines) if abs(i - k) == 1 for j in q]
+        if _paired(b[p], b[others]) > 0.4 * len(p):
+            return False
+    return True
+
+
+def _paired(a: np.ndarray, c: np.ndarray) -> int:
+    """How many boxes of ``a`` share a row (vertical overlap over half the lower one) with a box
+    of ``c``."""
+    if not len(a) or not len(c):
+        return 0
+    ov = np.minimum(a[:, None, 3], c[None, :, 3]) - np.maximum(a[:, None, 1], c[None, :, 1])
+    low = np.minimum((a[:, 3] - a[:, 1])[:, None], (c[:, 3] - c[:, 1])[None, :])
+    return int((ov > 0.5 * low).any(axis=1).sum())
+
+
+def _overlap_y(a: np.ndarray, c: np.ndarray) -> bool:
+    return min(a[3], c[3]) - max(a[1], c[1]) > 0.5 * min(a[3] - a[1], c[3] - c[1])
+
+
+def _bands_at(b: np.ndarray, ids: list[int], spanning: list[int]) -> list[list[int]]:
+    """The region cut into horizontal bands, top to bottom: each page-wide chain, with whatever
+    shares its rows, is a band of its own; the chains between two of them form a band."""
+    span_set = set(spanning)
+    bands: list[tuple[bool, list[int]]] = []
+    for i in sorted(ids, key=lambda i: ((b[i, 1] + b[i, 3]) * 0.5, b[i, 0])):
+        if bands and bands[-1][0] and _overlap_y(b[i], b[bands[-1][1][0]]):
+            bands[-1][1].append(i)  # in the rows of the page-wide chain before
+        elif i in span_set:
+            bands.append((True, [i]))
+        elif bands and not bands[-1][0]:
+            bands[-1][1].append(i)
+        else:
+            bands.append((False, [i]))
+    return [band for _, band in bands]

@@ -1,0 +1,166 @@
+"""Layout stage: rows that follow the skew, reading order of multi-column pages, blocks, JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import cv2
+import numpy as np
+import pytest
+from conftest import font_path, render_lines, to_bgr
+from PIL import Image, ImageDraw, ImageFont
+from test_words import layout_on
+
+from ocrforge.evaluation.metrics import kendall_tau
+from ocrforge.evaluation.synth import render_page
+from ocrforge.layout import analyze
+from ocrforge.result import Line, Page
+
+
+def _skew(img: np.ndarray, deg: float) -> np.ndarray:
+    h, w = img.shape[:2]
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), deg, 1.0)
+    cos, sin = abs(m[0, 0]), abs(m[0, 1])
+    nw, nh = int(h * sin + w * cos), int(h * cos + w * sin)
+    m[0, 2] += nw / 2 - w / 2
+    m[1, 2] += nh / 2 - h / 2
+    return cv2.warpAffine(img, m, (nw, nh), borderValue=(255, 255, 255))
+
+
+def _truth_page(kind: str, seed: int, index: int = 0, shuffle: bool = True):
+    """A synthetic page's labeled lines as a Page (shuffled), its image and its record."""
+    data, _, rec = render_page(seed, index, kind=kind, lang="en" if seed % 2 else "zh", clean=True)
+    lines = [Line(ln["text"], ln["poly"], 1.0) for ln in rec["lines"]]
+    for k, ln in enumerate(lines):
+        ln.truth = k  # position in the true reading order
+    order = list(range(len(lines)))
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    return Page([lines[i] for i in order], rec["width"], rec["height"]), image, rec
+
+
+# ------------------------------------------------------------------------------- rows (item 9)
+SKEW_LINES = ["The first line of a skewed page is long enough to matter here",
+              "A second line follows right below it with more words in it",
+              "And the third line ends this small paragraph of text now"]
+
+
+@pytest.mark.parametrize("deg", [7, 12])
+def test_skewed_page_text_keeps_its_lines(engine, deg):
+    # before rows followed the line direction, a 7 degree skew joined these three lines into one
+    r = render_lines(SKEW_LINES, size=24, gap=0.5)
+    page = engine.read(_skew(to_bgr(r.image), deg))
+    assert len(page.lines) == 3
+    assert page.text.split("\n") == SKEW_LINES, page.text
+    analyze(page)
+    assert page.text.split("\n") == SKEW_LINES
+
+
+def test_row_of_a_skewed_page_joins_its_parts():
+    # two boxes on one skewed row (item and price) are still one text line; the next row is not
+    def quad(x0, x1, y, angle=0.1):
+        t = np.tan(angle)
+        return [[x0, y + x0 * t], [x1, y + x1 * t], [x1, y + 20 + x1 * t], [x0, y + 20 + x0 * t]]
+    page = Page([Line("Coffee", quad(10, 300, 0), 1.0), Line("3.50", quad(500, 560, 0), 1.0),
+                 Line("Tea", quad(10, 300, 40), 1.0)], 600, 200)
+    assert page.text == "Coffee 3.50\nTea"
+
+
+# ------------------------------------------------------------------------------- reading order
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_reading_order_of_generated_column_pages(seed):
+    page, image, rec = _truth_page("columns", seed)
+    analyze(page, image=image)
+    got = [ln.truth for ln in page.lines]
+    assert sorted(got) == list(range(len(rec["lines"])))  # nothing lost or duplicated
+    assert kendall_tau(got) >= 0.97, got
+
+
+def test_single_column_document_order_unchanged():
+    for seed in (5, 6):
+        page, image, _ = _truth_page("document", seed)
+        analyze(page, image=image)
+        assert [ln.truth for ln in page.lines] == sorted(ln.truth for ln in page.lines)
+
+
+def test_receipt_rows_are_not_read_as_columns():
+    # item names on the left, prices on the right: read row by row
+    items = [("Coffee beans 500 g", "12.90"), ("Whole milk", "1.20"), ("Bread roll", "0.45"),
+             ("Green tea", "3.10"), ("Butter", "2.35"), ("TOTAL", "20.00")]
+    lines = []
+    for k, (name, price) in enumerate(items):
+        y = 40 + 30 * k
+        lines.append(Line(name, [[20, y], [20 + 11 * len(name), y], [20 + 11 * len(name), y + 20], [20, y + 20]], 1.0))
+        lines.append(Line(price, [[330, y], [380, y], [380, y + 20], [330, y + 20]], 1.0))
+    page = Page(list(reversed(lines)), 400, 260)
+    analyze(page)
+    assert page.text.split("\n") == [f"{n} {p}" for n, p in items]
+
+
+def test_two_column_page_read_end_to_end(engine):
+    left = ["Columns are read one", "after the other, from", "top to bottom, left", "column first of all."]
+    right = ["The right column comes", "only after the left", "one has been read to", "its very last line."]
+    f = ImageFont.truetype(font_path(), 22)
+    img = Image.new("RGB", (760, 260), "white")
+    d = ImageDraw.Draw(img)
+    d.text((30, 20), "A Title Across Both Columns Of This Page", font=ImageFont.truetype(font_path(), 30), fill="black")
+    for k, (a, b) in enumerate(zip(left, right, strict=True)):
+        d.text((30, 80 + 36 * k), a, font=f, fill="black")
+        d.text((400, 80 + 36 * k), b, font=f, fill="black")
+    with layout_on(engine):
+        page = engine.read(img)
+    assert page.text.split("\n") == ["A Title Across Both Columns Of This Page", *left, *right], page.text
+    kinds = [b.kind for b in page.blocks]
+    assert kinds[0] == "title" and kinds.count("paragraph") == 2, kinds
+
+
+# ------------------------------------------------------------------------------- blocks, JSON
+def test_blocks_cover_every_line_once_and_json_round_trips():
+    page, image, rec = _truth_page("columns", 3)
+    analyze(page, image=image)
+    covered = sorted(i for b in page.blocks for i in b.lines)
+    assert covered == list(range(len(page.lines)))
+    kinds = {b.kind for b in page.blocks}
+    assert {"title", "paragraph"} <= kinds
+    for b in page.blocks:  # block boxes hold their lines
+        x0, y0, x1, y1 = b.bbox
+        for i in b.lines:
+            lx0, ly0, lx1, ly1 = page.lines[i].bbox
+            assert lx0 >= x0 - 2 and ly0 >= y0 - 2 and lx1 <= x1 + 2 and ly1 <= y1 + 2
+    d = json.loads(page.to_json())
+    back = Page.from_dict(d)
+    assert back.to_dict() == d
+    assert [b.kind for b in back.blocks] == [b.kind for b in page.blocks]
+
+
+def test_header_and_footer_blocks():
+    lines = [Line("Journal of Things", [[40, 20], [240, 20], [240, 36], [40, 36]], 1.0),
+             Line("17", [[740, 20], [760, 20], [760, 36], [740, 36]], 1.0)]
+    for k in range(8):
+        y = 120 + 26 * k
+        lines.append(Line(f"Body line number {k} of the page", [[40, y], [700, y], [700, y + 18], [40, y + 18]], 1.0))
+    lines.append(Line("Page 17 of 20", [[340, 980], [460, 980], [460, 996], [340, 996]], 1.0))
+    page = Page(lines[::-1], 800, 1000)
+    analyze(page)
+    assert [b.kind for b in page.blocks] == ["header", "paragraph", "footer"]
+    assert page.lines[0].text == "Journal of Things" and page.lines[-1].text == "Page 17 of 20"
+
+
+def test_analyze_without_lines_or_with_bad_steps():
+    empty = Page([], 100, 100)
+    assert analyze(empty).blocks == []
+    page = Page([Line("a", [[0, 0], [9, 0], [9, 9], [0, 9]], 1.0)], 10, 10)
+    with pytest.raises(ValueError, match="steps"):
+        analyze(page, steps=[])
+
+
+def test_columns_synth_labels_list_reading_order_and_tables():
+    data, ext, rec = render_page(11, 0, kind="columns", lang="en", clean=True)
+    again = render_page(11, 0, kind="columns", lang="en", clean=True)
+    assert again[0] == data  # deterministic
+    assert rec["reading_order"] is True and isinstance(rec["tables"], list)
+    Image.open(io.BytesIO(data)).verify()
+    assert len(rec["lines"]) > 20

@@ -1,0 +1,93 @@
+"""Tables: ruled grids from the image, unruled ones from aligned columns, Markdown and HTML."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from conftest import font_path
+from PIL import Image, ImageDraw, ImageFont
+from test_words import layout_on
+
+from ocrforge.evaluation.metrics import cell_f1
+from ocrforge.evaluation.synth import render_page
+from ocrforge.layout import analyze, table_to_html, table_to_markdown
+from ocrforge.result import Cell, Line, Page, Table
+
+
+def _synth_tables(seed: int, ruled: bool):
+    """The first page of kind "tables" (seeds searched from ``seed``) whose first table is ruled
+    (or not), as a Page of its labeled lines, its image and its record."""
+    for s in range(seed, seed + 40):
+        data, _, rec = render_page(s, 0, kind="tables", lang="en" if s % 2 else "zh", clean=True)
+        if rec["tables"] and rec["tables"][0]["ruled"] == ruled:
+            break
+    else:
+        raise AssertionError("no such synthetic page")
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    lines = [Line(ln["text"], ln["poly"], 1.0) for ln in rec["lines"]]
+    return Page(lines[::-1], rec["width"], rec["height"]), image, rec
+
+
+def _found_tables(page: Page) -> list[Table]:
+    return [b.table for b in page.blocks if b.kind == "table" and b.table is not None]
+
+
+@pytest.mark.parametrize("ruled", [True, False])
+def test_synthetic_tables_found_with_their_shape_and_cells(ruled):
+    page, image, rec = _synth_tables(20, ruled)
+    analyze(page, image=image)
+    found = _found_tables(page)
+    assert len(found) == len(rec["tables"]), [(t.rows, t.cols) for t in found]
+    for t, ref in zip(found, rec["tables"], strict=True):
+        assert (t.rows, t.cols) == (ref["rows"], ref["cols"])
+        hit, n_ref, n_hyp = cell_f1([(c["row"], c["col"], c["text"]) for c in ref["cells"]],
+                                    [(c.row, c.col, c.text) for c in t.cells])
+        assert hit == n_ref == n_hyp
+        md = table_to_markdown(t, page).split("\n")
+        assert len(md) == t.rows + 1 and all(row.count("|") == t.cols + 1 for row in md)
+    if ruled:
+        assert found[0].ruled
+
+
+def test_ruled_table_needs_the_image():
+    page, image, rec = _synth_tables(20, True)
+    analyze(page)  # no image: only tables made of aligned columns can be found
+    assert all(not t.ruled for t in _found_tables(page))
+
+
+def test_ruled_table_read_end_to_end(engine):
+    rows = [["Item", "Qty", "Price"], ["Apples", "3", "4.50"], ["Pears", "12", "9.80"], ["Plums", "7", "2.10"]]
+    f = ImageFont.truetype(font_path(), 22)
+    img = Image.new("RGB", (620, 260), "white")
+    d = ImageDraw.Draw(img)
+    x0, y0, cw, rh = 30, 30, 180, 48
+    for r, row in enumerate(rows):
+        for c, text in enumerate(row):
+            d.text((x0 + c * cw + 12, y0 + r * rh + 12), text, font=f, fill="black")
+    for r in range(len(rows) + 1):
+        d.line([(x0, y0 + r * rh), (x0 + 3 * cw, y0 + r * rh)], fill="black", width=2)
+    for c in range(4):
+        d.line([(x0 + c * cw, y0), (x0 + c * cw, y0 + len(rows) * rh)], fill="black", width=2)
+    with layout_on(engine):
+        page = engine.read(img)
+    (t,) = _found_tables(page)
+    assert (t.rows, t.cols, t.ruled) == (4, 3, True)
+    hit, n_ref, n_hyp = cell_f1([(r, c, text) for r, row in enumerate(rows) for c, text in enumerate(row)],
+                                [(c.row, c.col, c.text) for c in t.cells])
+    assert 2 * hit / (n_ref + n_hyp) >= 0.9
+    assert table_to_markdown(t, page).split("\n")[0] == "| Item | Qty | Price |"
+
+
+def test_markdown_and_html_rendering():
+    t = Table(3, 3, [Cell(0, 0, (0, 0, 1, 1), text="Name"), Cell(0, 1, (0, 0, 1, 1), text="A|B"),
+                     Cell(0, 2, (0, 0, 1, 1), text="<x>"), Cell(1, 0, (0, 0, 1, 1), text="wide", colspan=2),
+                     Cell(1, 2, (0, 0, 1, 1), text="1"), Cell(2, 0, (0, 0, 1, 1), lines=[0]),
+                     Cell(2, 1, (0, 0, 1, 1)), Cell(2, 2, (0, 0, 1, 1), text="2")])
+    page = Page([Line("from line", [[0, 0], [1, 0], [1, 1], [0, 1]], 1.0)], 10, 10)
+    md = table_to_markdown(t, page).split("\n")
+    assert md == ["| Name | A\\|B | <x> |", "| --- | --- | --- |", "| wide |  | 1 |", "| from line |  | 2 |"]
+    html = table_to_html(t, page)
+    assert "<th>&lt;x&gt;</th>" in html and '<td colspan="2">wide</td>' in html
+    assert html.count("<tr>") == 3 and "<td>from line</td>" in html
+    assert table_to_markdown(Table(0, 0)) == ""
