@@ -103,7 +103,7 @@ def test_evaluate_real_engine(dataset, engine):
     # the broken page is the only source of character errors: 3 of all reference chars
     assert o["cer"] == pytest.approx(3 / o["ref_chars"])
     assert set(res["by_lang"]) == {"en", "mixed"} and set(res["by_kind"]) == {"document", "text_line"}
-    assert res["config"]["engine_config"]["model_set"] == engine.config.models.name
+    assert res["config"]["engine_config"]["models"]["name"] == engine.config.models.name
     # single-page read() path scores the same pages
     single = evaluate(engine, dataset, limit=2, batch=False)
     assert single["overall"]["pages"] == 2 and single["overall"]["det_f1"] == 1.0

@@ -196,7 +196,7 @@ def test_help_states_the_real_defaults(command, capsys):
 def test_serving_doc_states_the_real_det_limit_default():
     row = next(ln for ln in (ROOT / "docs" / "SERVING.md").read_text().splitlines()
                if ln.startswith("| `det_limit`"))
-    assert f"`--det-limit`, {EngineConfig().det.limit_side})" in row
+    assert f"`--det-limit`, default {EngineConfig().det.limit_side})" in row
 
 
 # ---------------------------------------------------------------- 18: piped output, quiet peers

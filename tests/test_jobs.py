@@ -51,7 +51,7 @@ def test_names_mirror_the_input_tree(tmp_path):
 def test_config_hash_ignores_threads_but_not_models():
     from ocrforge.config import EngineConfig
 
-    base = EngineConfig(model_set="ppocrv6-tiny")
+    base = EngineConfig.from_flat(model_set="ppocrv6-tiny")
     assert config_hash(base) == config_hash(base.with_(intra_op_threads=7, pipeline=False))
     assert config_hash(base) != config_hash(base.with_(model_set="ppocrv6-small"))
     assert config_hash(base) != config_hash(base.with_(drop_score=0.3))

@@ -163,6 +163,34 @@ class EngineConfig(_Section):
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_names(cls, data: Any) -> Any:
+        """``EngineConfig(model_set=..., det_limit_side=...)``: first-version flat names are
+        moved into their sections (``runtime``/``pipeline``/``layout`` given as a plain value
+        mean runtime.backend / pipeline.enabled / layout.enabled)."""
+        if not isinstance(data, dict):
+            return data
+        out: dict[str, Any] = {}
+        moved: dict[str, dict[str, Any]] = {}
+        for key, value in data.items():
+            if key in _BOOL_SECTION_ALIASES and isinstance(value, bool):
+                key = _BOOL_SECTION_ALIASES[key]
+            elif key == "runtime" and isinstance(value, str):
+                key = "runtime.backend"
+            elif key in FLAT_KEYS and key not in SECTION_NAMES:
+                key = FLAT_KEYS[key]
+            if "." in key:
+                sec, _, name = key.partition(".")
+                moved.setdefault(sec, {})[name] = value
+            else:
+                out[key] = value
+        for sec, fields in moved.items():
+            base = out.get(sec, {})
+            base = base.model_dump() if isinstance(base, BaseModel) else dict(base)
+            out[sec] = {**base, **fields}
+        return out
+
     @model_validator(mode="after")
     def _consistent(self) -> EngineConfig:
         """Knobs that cannot apply to the chosen runtime are errors, not silently ignored."""
@@ -291,6 +319,7 @@ class ConfigError(ValueError):
 
 
 SECTIONS = tuple(EngineConfig.model_fields)
+SECTION_NAMES = frozenset(SECTIONS)
 
 # flat names of the first version -> section.field
 FLAT_KEYS: dict[str, str] = {
