@@ -106,7 +106,7 @@ class OCRActor:
             "actor_id": ctx.get_actor_id(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-            "device": str(getattr(self.engine.config, "device", "")),
+            "device": self.engine.config.runtime.device,
         })
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
