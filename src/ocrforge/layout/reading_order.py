@@ -161,11 +161,13 @@ def _split(b: np.ndarray, ids: list[int], axis: int, min_gap: float) -> list[lis
 
 
 def _spanning(b: np.ndarray, ids: list[int], h: float) -> list[int]:
-    """Chains whose nearest neighbours right below (or right above) them include two chains lying
-    apart from each other side by side (their near ends level within two line heights): a title,
-    caption or table set over two or more columns."""
+    """Chains with nothing beside them whose nearest neighbours right below (or right above) them
+    include two chains lying apart from each other side by side (their near ends level within two
+    line heights): a title, caption or table set over two or more columns."""
     out = []
     for s in ids:
+        if _beside(b, ids, s):
+            continue  # text beside it shares its rows: a column itself, not something over columns
         for below in (True, False):
             # pieces of text of some width only (a lone "。" at a line's start is no column)
             near = [c for c in _nearest(b, ids, s, below, h) if b[c, 2] - b[c, 0] >= 3 * h]
@@ -175,6 +177,18 @@ def _spanning(b: np.ndarray, ids: list[int], h: float) -> list[int]:
                 out.append(s)
                 break
     return out
+
+
+def _beside(b: np.ndarray, ids: list[int], s: int) -> bool:
+    """Whether another chain lies beside chain s (no horizontal overlap) across most of the
+    height of either of them."""
+    for c in ids:
+        if c == s or min(b[s, 2], b[c, 2]) > max(b[s, 0], b[c, 0]):
+            continue
+        ov = min(b[s, 3], b[c, 3]) - max(b[s, 1], b[c, 1])
+        if ov > 0.5 * min(b[s, 3] - b[s, 1], b[c, 3] - b[c, 1]):
+            return True
+    return False
 
 
 def _nearest(b: np.ndarray, ids: list[int], s: int, below: bool, h: float) -> list[int]:
@@ -224,8 +238,9 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
         widths = b[p, 2] - b[p, 0]
         if pw < 4 * h or np.median(widths) < 3 * h:
             return False
-        if float(np.median(widths)) / pw >= 0.7 or np.percentile(widths, 75) >= 12 * h:
-            continue  # lines that fill their column, or long lines of running text
+        med = float(np.median(widths))
+        if (med / pw >= 0.7 and med >= 6 * h) or np.percentile(widths, 75) >= 12 * h:
+            continue  # lines of some length that fill their column, or long lines of running text
         # short, ragged lines: columns only if they do not pair up row by row with a neighbour
         others = [j for i, q in enumerate(lines) if abs(i - k) == 1 for j in q]
         if _paired(b[p], b[others]) > 0.4 * len(p):

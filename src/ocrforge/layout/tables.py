@@ -212,7 +212,7 @@ def fill_table(grid: Grid, lines: Sequence[Line], boxes: np.ndarray, word_boxes:
     row, left to right, top to bottom inside a cell). A line spanning several cells is split by
     its words when it has them, else it goes to the cells it covers (colspan)."""
     R, C = grid.rows, grid.cols
-    texts: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+    texts: dict[tuple[int, int], list[tuple[np.ndarray, str]]] = {}  # (box, text) of cell parts
     owners: dict[tuple[int, int], list[int]] = {}
     spans: dict[tuple[int, int], int] = {}
 
@@ -230,11 +230,11 @@ def fill_table(grid: Grid, lines: Sequence[Line], boxes: np.ndarray, word_boxes:
         if c1 > c0 and wb is not None and len(wb) == len(lines[i].words) and len(wb) > 1:
             for w, bb in zip(lines[i].words, wb, strict=True):
                 c = col_of((bb[0] + bb[2]) * 0.5)
-                texts.setdefault((r, c), []).append((bb[1], bb[0], w.text))
+                texts.setdefault((r, c), []).append((bb, w.text))
                 if i not in owners.setdefault((r, c), []):
                     owners[(r, c)].append(i)
             continue
-        texts.setdefault((r, c0), []).append((b[1], b[0], lines[i].text))
+        texts.setdefault((r, c0), []).append((b, lines[i].text))
         owners.setdefault((r, c0), []).append(i)
         if c1 > c0:
             spans[(r, c0)] = max(spans.get((r, c0), 1), c1 - c0 + 1)
@@ -247,15 +247,21 @@ def fill_table(grid: Grid, lines: Sequence[Line], boxes: np.ndarray, word_boxes:
             span = spans.get((r, c), 1)
             for k in range(span):
                 covered.add((r, c + k))
-            parts = sorted(texts.get((r, c), []))
+            parts = texts.get((r, c), [])
+            text = " ".join(parts[k][1] for k in _rows_order(np.array([p[0] for p in parts]).reshape(-1, 4)))
             bbox = (grid.xs[c], grid.ys[r], grid.xs[c + span], grid.ys[r + 1])
-            cells.append(Cell(r, c, bbox, list(owners.get((r, c), [])), " ".join(t for _, _, t in parts), 1, span))
+            cells.append(Cell(r, c, bbox, list(owners.get((r, c), [])), text, 1, span))
     order: list[int] = []
     for cell in cells:
-        for i in sorted(cell.lines, key=lambda i: (boxes[i, 1], boxes[i, 0])):
-            if i not in order:
-                order.append(i)
+        for k in _rows_order(boxes[cell.lines].reshape(-1, 4)):
+            if cell.lines[k] not in order:
+                order.append(cell.lines[k])
     return Table(R, C, cells, grid.ruled), order
+
+
+def _rows_order(b: np.ndarray) -> list[int]:
+    """Indices of boxes row by row, left to right in a row."""
+    return [i for row in group_rows(b) for i in row]
 
 
 # ------------------------------------------------------------------------------------ rendering
