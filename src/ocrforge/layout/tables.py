@@ -119,8 +119,9 @@ def _turn(img: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
 # ------------------------------------------------------------------------------------ unruled
 def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float) -> list[Grid]:
     """Tables made of aligned columns of text among the units ``ids``: runs of three or more
-    table-like rows (two or more pieces of text apart from each other, at least two of them short)
-    whose pieces line up in columns."""
+    table-like rows (two or more pieces of text apart from each other, at least two of them short;
+    lines longer than 15 line heights are running text, not cells) whose pieces line up in
+    columns."""
     h = line_height
     grids: list[Grid] = []
     run: list[list[int]] = []
@@ -132,6 +133,9 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
                 grids.append(g)
 
     for row in group_rows(boxes, ids):
+        # a line of running text beside a table (a sidebar's table next to the main column) is
+        # no cell: leave long lines out
+        row = [i for i in row if boxes[i, 2] - boxes[i, 0] < 15 * h]
         pieces = _pieces(boxes, row, h)
         widths = sorted(float(boxes[p, 2].max() - boxes[p, 0].min()) for p in pieces)
         tablelike = len(pieces) >= 2 and widths[1] < 8 * h
