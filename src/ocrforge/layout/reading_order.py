@@ -234,10 +234,11 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
     """Whether the parts are columns to be read one after the other rather than the sides of rows
     that belong together (receipt items and prices, form labels and values, table cells).
 
-    A part of running text (several long lines, or lines of some length that fill it) is a column. A part
-    of short lines is one too, unless its lines pair up row by row with a neighbouring part that
-    is not long running text: short items beside paragraphs are a sidebar, beside other short
-    items they are a table.
+    A part of running text (several long lines, or lines of some length that fill it) is a column.
+    A part of short lines is one too, unless its lines pair up row by row with a neighbouring part
+    that is not long running text, and a narrow strip of short items (numbers, labels, menu
+    entries) only beside running text: short items beside paragraphs are a sidebar, beside other
+    short items they are a table.
     """
     b, h = r.boxes, r.h
     lines = [r.lines(p) for p in parts]
@@ -255,12 +256,16 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
             kind.append(2)  # running text, whatever else is set beside it (formulas, figures)
             continue
         if pw < 4 * h or med < 3 * h:
-            return False  # a narrow strip of short items: numbers, prices, labels
-        kind.append(1 if med / pw >= 0.7 and med >= 6 * h else 0)
+            kind.append(-1)  # a narrow strip of short items: numbers, prices, labels, menu items
+        else:
+            kind.append(1 if med / pw >= 0.7 and med >= 6 * h else 0)
     for k, p in enumerate(lines):
-        if kind[k]:
+        if kind[k] > 0:
             continue
-        others = [j for i, q in enumerate(lines) if abs(i - k) == 1 and kind[i] < 2 for j in q]
+        near = [i for i in (k - 1, k + 1) if 0 <= i < len(lines)]
+        if kind[k] < 0 and any(kind[i] < 2 for i in near):
+            return False  # a strip of short items is a column only beside running text
+        others = [j for i in near if kind[i] < 2 for j in lines[i]]
         if _paired(b[p], b[others]) > 0.4 * len(p):
             return False
     return True
