@@ -16,7 +16,8 @@ The units are axis-aligned boxes in the deskewed frame (text lines, or whole tab
       simplest form) cuts it into columns, left to right, when the sides look like running text:
       several lines, several line heights wide, that fill their column or do not pair up row by
       row with the other side (receipt items and prices, form labels and values do);
-   c. a horizontal gap cuts it into bands, top to bottom;
+   c. a horizontal gap cuts it into bands, top to bottom (wide gaps first, so that a title block
+      whose long title crosses the gutter below it is cut off before the columns are looked for);
    d. what is left is read row by row, left to right.
 """
 
@@ -139,9 +140,12 @@ def _order(r: _Region, ids: list[int], depth: int) -> list[int]:
     cols = _split(b, ids, axis=0, min_gap=GUTTER * h)
     if len(cols) > 1 and _text_columns(r, cols):
         return [i for c in cols for i in _order(r, c, depth + 1)]
-    bands = _split(b, ids, axis=1, min_gap=-0.25 * h)
-    if len(bands) > 1:
-        return [i for band in bands for i in _order(r, band, depth + 1)]
+    # no columns here: cut at wide horizontal gaps first (a title block above columns that a long
+    # title keeps from being cut into columns), then between any rows
+    for gap in (1.5 * h, -0.25 * h):
+        bands = _split(b, ids, axis=1, min_gap=gap)
+        if len(bands) > 1:
+            return [i for band in bands for i in _order(r, band, depth + 1)]
     return [i for row in group_rows(r.boxes, r.lines(ids)) for i in row]
 
 
@@ -161,20 +165,34 @@ def _split(b: np.ndarray, ids: list[int], axis: int, min_gap: float) -> list[lis
 
 
 def _spanning(b: np.ndarray, ids: list[int], h: float) -> list[int]:
-    """Chains whose nearest neighbours right below (or right above) them include two chains lying
-    apart from each other side by side (their near ends level within two line heights): a title,
-    caption or table set over two or more columns."""
+    """Chains with nothing beside them whose nearest neighbours right below (or right above) them
+    include two chains lying apart from each other side by side (their near ends level within one
+    line height): a title, caption or table set over two or more columns."""
     out = []
     for s in ids:
+        if _beside(b, ids, s):
+            continue  # text beside it shares its rows: a column itself, not something over columns
         for below in (True, False):
             # pieces of text of some width only (a lone "。" at a line's start is no column)
             near = [c for c in _nearest(b, ids, s, below, h) if b[c, 2] - b[c, 0] >= 3 * h]
             edge = b[near, 1] if below else b[near, 3]
-            if any(b[p, 2] + GUTTER * h <= b[q, 0] and abs(edge[i] - edge[j]) <= 2 * h
+            if any(b[p, 2] + GUTTER * h <= b[q, 0] and abs(edge[i] - edge[j]) <= h
                    for i, p in enumerate(near) for j, q in enumerate(near)):
                 out.append(s)
                 break
     return out
+
+
+def _beside(b: np.ndarray, ids: list[int], s: int) -> bool:
+    """Whether another chain lies beside chain s (no horizontal overlap) across most of the
+    height of either of them."""
+    for c in ids:
+        if c == s or min(b[s, 2], b[c, 2]) > max(b[s, 0], b[c, 0]):
+            continue
+        ov = min(b[s, 3], b[c, 3]) - max(b[s, 1], b[c, 1])
+        if ov > 0.5 * min(b[s, 3] - b[s, 1], b[c, 3] - b[c, 1]):
+            return True
+    return False
 
 
 def _nearest(b: np.ndarray, ids: list[int], s: int, below: bool, h: float) -> list[int]:
@@ -213,21 +231,41 @@ def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
-    """Whether every part looks like a column of running text rather than one side of rows that
-    belong together (receipt items and prices, form labels and values, table cells)."""
+    """Whether the parts are columns to be read one after the other rather than the sides of rows
+    that belong together (receipt items and prices, form labels and values, table cells).
+
+    A part of running text (several long lines, or lines of some length that fill it) is a column.
+    A part of short lines is one too, unless its lines pair up row by row with a neighbouring part
+    that is not long running text, and a narrow strip of short items (numbers, labels, menu
+    entries) only beside running text: short items beside paragraphs are a sidebar, beside other
+    short items they are a table.
+    """
     b, h = r.boxes, r.h
     lines = [r.lines(p) for p in parts]
-    if any(len(p) < 2 for p in lines):
+    # a page number or mark in the margin beside the columns does not decide anything
+    lines = [p for p in lines if len(p) > 2 or (b[p, 2] - b[p, 0]).max() >= 3 * h]
+    if len(lines) < 2 or any(len(p) < 2 for p in lines):
         return False
-    for k, p in enumerate(lines):
+    kind = []  # 2: long running text, 1: lines that fill their column, 0: short lines
+    for p in lines:
         pw = b[p, 2].max() - b[p, 0].min()
         widths = b[p, 2] - b[p, 0]
-        if pw < 4 * h or np.median(widths) < 3 * h:
-            return False
-        if float(np.median(widths)) / pw >= 0.7 or np.percentile(widths, 75) >= 12 * h:
-            continue  # lines that fill their column, or long lines of running text
-        # short, ragged lines: columns only if they do not pair up row by row with a neighbour
-        others = [j for i, q in enumerate(lines) if abs(i - k) == 1 for j in q]
+        med = float(np.median(widths))
+        long = int((widths >= 12 * h).sum())
+        if np.percentile(widths, 75) >= 12 * h or (long >= 3 and long >= 0.1 * len(p)):
+            kind.append(2)  # running text, whatever else is set beside it (formulas, figures)
+            continue
+        if pw < 4 * h or med < 3 * h:
+            kind.append(-1)  # a narrow strip of short items: numbers, prices, labels, menu items
+        else:
+            kind.append(1 if med / pw >= 0.7 and med >= 6 * h else 0)
+    for k, p in enumerate(lines):
+        if kind[k] > 0:
+            continue
+        near = [i for i in (k - 1, k + 1) if 0 <= i < len(lines)]
+        if kind[k] < 0 and any(kind[i] < 2 for i in near):
+            return False  # a strip of short items is a column only beside running text
+        others = [j for i in near if kind[i] < 2 for j in lines[i]]
         if _paired(b[p], b[others]) > 0.4 * len(p):
             return False
     return True

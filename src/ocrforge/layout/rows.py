@@ -12,22 +12,26 @@ from collections.abc import Sequence
 import numpy as np
 
 from ocrforge.result import Line
+from ocrforge.stages.crop import VERTICAL_RATIO
 
 
 def page_skew(lines: Sequence[Line]) -> float:
     """The page's text angle in radians (clockwise, image y down): the length-weighted median
-    direction of lines at least three times longer than high; 0 when there are none."""
+    direction of the lines at least three times longer than high. A tall line is read top to
+    bottom (recognition turns its crop that way), so on a page turned by 90 degrees the angle is
+    about pi/2 and the deskewed frame puts its lines upright. 0 when no line is long enough."""
     angles, weights = [], []
     for ln in lines:
         q = np.asarray(ln.poly, np.float64)[:4]
-        top, bottom = q[1] - q[0], q[2] - q[3]
-        d = (top + bottom) * 0.5
-        length = float(np.hypot(*d))
-        height = float(np.hypot(*((q[3] - q[0] + q[2] - q[1]) * 0.5)))
-        if length < 3 * max(height, 1.0) or d[0] <= 0:
+        along = ((q[1] - q[0]) + (q[2] - q[3])) * 0.5
+        across = ((q[3] - q[0]) + (q[2] - q[1])) * 0.5
+        a_len, c_len = float(np.hypot(*along)), float(np.hypot(*across))
+        if c_len >= VERTICAL_RATIO * a_len:  # a vertical line: it reads along its long side
+            along, a_len, c_len = across, c_len, a_len
+        if a_len < 3 * max(c_len, 1.0):
             continue
-        angles.append(math.atan2(d[1], d[0]))
-        weights.append(length)
+        angles.append(math.atan2(along[1], along[0]))
+        weights.append(a_len)
     if not angles:
         return 0.0
     order = np.argsort(angles)

@@ -119,8 +119,9 @@ def _turn(img: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
 # ------------------------------------------------------------------------------------ unruled
 def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float) -> list[Grid]:
     """Tables made of aligned columns of text among the units ``ids``: runs of three or more
-    table-like rows (two or more pieces of text apart from each other, at least two of them short)
-    whose pieces line up in columns."""
+    table-like rows (two or more pieces of text apart from each other, at least two of them short;
+    lines longer than 15 line heights are running text, not cells) whose pieces line up in
+    columns."""
     h = line_height
     grids: list[Grid] = []
     run: list[list[int]] = []
@@ -132,6 +133,9 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
                 grids.append(g)
 
     for row in group_rows(boxes, ids):
+        # a line of running text beside a table (a sidebar's table next to the main column) is
+        # no cell: leave long lines out
+        row = [i for i in row if boxes[i, 2] - boxes[i, 0] < 15 * h]
         pieces = _pieces(boxes, row, h)
         widths = sorted(float(boxes[p, 2].max() - boxes[p, 0].min()) for p in pieces)
         tablelike = len(pieces) >= 2 and widths[1] < 8 * h
@@ -212,7 +216,7 @@ def fill_table(grid: Grid, lines: Sequence[Line], boxes: np.ndarray, word_boxes:
     row, left to right, top to bottom inside a cell). A line spanning several cells is split by
     its words when it has them, else it goes to the cells it covers (colspan)."""
     R, C = grid.rows, grid.cols
-    texts: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+    texts: dict[tuple[int, int], list[tuple[np.ndarray, str]]] = {}  # (box, text) of cell parts
     owners: dict[tuple[int, int], list[int]] = {}
     spans: dict[tuple[int, int], int] = {}
 
@@ -230,11 +234,11 @@ def fill_table(grid: Grid, lines: Sequence[Line], boxes: np.ndarray, word_boxes:
         if c1 > c0 and wb is not None and len(wb) == len(lines[i].words) and len(wb) > 1:
             for w, bb in zip(lines[i].words, wb, strict=True):
                 c = col_of((bb[0] + bb[2]) * 0.5)
-                texts.setdefault((r, c), []).append((bb[1], bb[0], w.text))
+                texts.setdefault((r, c), []).append((bb, w.text))
                 if i not in owners.setdefault((r, c), []):
                     owners[(r, c)].append(i)
             continue
-        texts.setdefault((r, c0), []).append((b[1], b[0], lines[i].text))
+        texts.setdefault((r, c0), []).append((b, lines[i].text))
         owners.setdefault((r, c0), []).append(i)
         if c1 > c0:
             spans[(r, c0)] = max(spans.get((r, c0), 1), c1 - c0 + 1)
@@ -247,15 +251,21 @@ def fill_table(grid: Grid, lines: Sequence[Line], boxes: np.ndarray, word_boxes:
             span = spans.get((r, c), 1)
             for k in range(span):
                 covered.add((r, c + k))
-            parts = sorted(texts.get((r, c), []))
+            parts = texts.get((r, c), [])
+            text = " ".join(parts[k][1] for k in _rows_order(np.array([p[0] for p in parts]).reshape(-1, 4)))
             bbox = (grid.xs[c], grid.ys[r], grid.xs[c + span], grid.ys[r + 1])
-            cells.append(Cell(r, c, bbox, list(owners.get((r, c), [])), " ".join(t for _, _, t in parts), 1, span))
+            cells.append(Cell(r, c, bbox, list(owners.get((r, c), [])), text, 1, span))
     order: list[int] = []
     for cell in cells:
-        for i in sorted(cell.lines, key=lambda i: (boxes[i, 1], boxes[i, 0])):
-            if i not in order:
-                order.append(i)
+        for k in _rows_order(boxes[cell.lines].reshape(-1, 4)):
+            if cell.lines[k] not in order:
+                order.append(cell.lines[k])
     return Table(R, C, cells, grid.ruled), order
+
+
+def _rows_order(b: np.ndarray) -> list[int]:
+    """Indices of boxes row by row, left to right in a row."""
+    return [i for row in group_rows(b) for i in row]
 
 
 # ------------------------------------------------------------------------------------ rendering
