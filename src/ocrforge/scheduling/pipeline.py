@@ -84,13 +84,7 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
                 if isinstance(page, BaseException) and not isinstance(page, InputError):
                     _put(rec_q, page, stop)
                     return
-                if isinstance(page, InputError):
-                    group.append(page)
-                else:
-                    d = runner.detect([page], s)[0]
-                    d.timings["decode"] = decode_s
-                    group.append(d)
-                if sum(isinstance(g, Detected) for g in group) >= batch_pages:
+                if _add(runner, group, page, decode_s, s) >= batch_pages:
                     _put(rec_q, group, stop)
                     group = []
             if group:
@@ -140,6 +134,18 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
             t.join(timeout=5)
 
 
+def _add(runner: Any, group: list, page: Any, decode_s: float, s: Any) -> int:
+    """Detect a decoded page (an InputError keeps its place) into the group; returns how many
+    detected pages the group holds."""
+    if isinstance(page, InputError):
+        group.append(page)
+    else:
+        d = runner.detect([page], s)[0]
+        d.timings["decode"] = decode_s
+        group.append(d)
+    return sum(isinstance(g, Detected) for g in group)
+
+
 def _recognise_group(runner: Any, group: list, s: Any) -> list[Page]:
     """Recognise the detected pages of a group together; error pages keep their place."""
     pages = iter(runner.recognize([g for g in group if isinstance(g, Detected)], s))
@@ -160,13 +166,7 @@ def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int) -> 
     group: list = []
     for item in items:
         for page, decode_s in decoded(engine, item):
-            if isinstance(page, InputError):
-                group.append(page)
-            else:
-                d = runner.detect([page], s)[0]
-                d.timings["decode"] = decode_s
-                group.append(d)
-            if sum(isinstance(g, Detected) for g in group) >= batch_pages:
+            if _add(runner, group, page, decode_s, s) >= batch_pages:
                 yield from _recognise_group(runner, group, s)
                 group = []
     if group:
