@@ -50,6 +50,44 @@ def score(rec, page, angle: int, in_w: int, in_h: int) -> tuple[tuple[int, int],
     return char_errors(reference_text(rec), text, use_casefold(rec.kind, "auto")), counts
 
 
+def upright_record(rec, image: np.ndarray):
+    """Synthetic pages may be stored turned (labels' ``transforms.rotate_cw``, polys in the
+    stored frame): the truly upright image and labels, so that every angle is measured from
+    upright. Other records are returned as they are."""
+    from dataclasses import replace
+
+    from ocrforge.evaluation.dataset import RefLine
+    from ocrforge.stages.page_orientation import to_input_frame, upright
+
+    rot = int((rec.meta.get("transforms") or {}).get("rotate_cw", 0) or 0)
+    if not rot:
+        return rec, image
+    h, w = image.shape[:2]
+    undo = (360 - rot) % 360
+    lines = [RefLine(ln.text, to_input_frame(np.array(ln.poly), undo, w, h).tolist(), ln.ignore)
+             for ln in rec.lines or []]
+    return replace(rec, lines=lines if rec.lines is not None else None), upright(image, rot)
+
+
+def decisions(recs, images, angles) -> int:
+    """What the stage decides for each turned copy, by kind: right / kept upright / wrong."""
+    from ocrforge.engine import OCR
+    from ocrforge.io.inputs import PageImage
+
+    runner = OCR(page_orientation=True).runner
+    table: dict = defaultdict(Counter)
+    for angle in angles:
+        for i, (rec, im) in enumerate(zip(recs, images, strict=True)):
+            turned = np.ascontiguousarray(np.rot90(im, -angle // 90))
+            got = runner.upright_pages([PageImage("t", i, turned)])[0].rotation
+            verdict = "right" if got == angle else ("kept" if got == 0 else "wrong")
+            table[(angle, rec.kind)][verdict] += 1
+            table[(angle, "all")][verdict] += 1
+    for (angle, kind), c in sorted(table.items()):
+        print(f"{angle:3d} deg {kind:10s} {dict(c)}")
+    return 0
+
+
 def main() -> int:
     from ocrforge.engine import OCR
     from ocrforge.evaluation.dataset import load_dataset
@@ -62,19 +100,25 @@ def main() -> int:
     ap.add_argument("--limit", type=int)
     ap.add_argument("--angles", default="0,90,180,270")
     ap.add_argument("--time-reps", type=int, default=3)
-    ap.add_argument("--json")
+    ap.add_argument("--only", choices=["off", "on"], help="one engine only (less memory)")
+    ap.add_argument("--decisions-only", action="store_true",
+                    help="only the orientation stage's decisions per angle (no OCR): fast")
+    ap.add_argument("--json", help="results; also appended to, one line per pass, at JSON.lines")
     args = ap.parse_args()
 
     recs = load_dataset(args.dataset)[: args.limit]
-    images = [load_image(str(r.image)) for r in recs]
+    recs, images = zip(*(upright_record(r, load_image(str(r.image))) for r in recs), strict=True)
     angles = [int(a) for a in args.angles.split(",")]
-    engines = {"off": OCR(page_orientation=False), "on": OCR(page_orientation=True)}
+    if args.decisions_only:
+        return decisions(recs, images, angles)
+    names = [args.only] if args.only else ["off", "on"]
+    engines = {n: OCR(page_orientation=(n == "on")) for n in names}
     for e in engines.values():  # warm-up: sessions, arenas
         list(e.read_many(images[:1]))
     out: dict = {"dataset": str(args.dataset), "pages": len(recs), "angles": {}}
     for n, angle in enumerate(angles):
         turned = [np.ascontiguousarray(np.rot90(im, -angle // 90)) for im in images]
-        order = ["off", "on"] if n % 2 == 0 else ["on", "off"]
+        order = names if n % 2 == 0 else names[::-1]
         res: dict = {}
         for name in order:
             t0 = time.perf_counter()
@@ -101,12 +145,21 @@ def main() -> int:
                 agg = aggregate([score_page(rec, p) for rec, p in zip(recs, pages, strict=True)])
                 r["eval"] = {"cer": agg["cer"], "det_f1": agg["det_f1"]}
             res[name] = r
+            if args.json:
+                with open(args.json + ".lines", "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"angle": angle, "engine": name, **r}) + "\n")
             print(f"{angle:3d} deg {name:3s}: CER {100 * r['cer']:6.2f} %  det F1 "
                   f"{100 * r['det_f1']:6.2f} %  orientation {dict(turns)}"
                   + (f"  eval CER {100 * r['eval']['cer']:.2f} % det F1 {100 * r['eval']['det_f1']:.2f} %"
                      if angle == 0 else ""), flush=True)
         out["angles"][angle] = res
 
+    if args.only:
+        if args.json:
+            from ocrforge.config import atomic_write_text
+
+            atomic_write_text(args.json, json.dumps(out, indent=2) + "\n")
+        return 0
     # cost of the stage alone, per upright page, vs the whole page without it
     runner = engines["on"].runner
     stage_ms = []
