@@ -121,6 +121,9 @@ def main() -> int:
     ap.add_argument("--ref-order", default="auto", choices=["auto", "rule", "labels"])
     ap.add_argument("--kinds", help="only records of these kinds (comma-separated)")
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--upright", action="store_true",
+                    help="leave out synthetic pages turned by 90/180/270 degrees (page orientation is "
+                         "another stage's job); the cache still holds every page")
     ap.add_argument("--json", help="write the summaries here")
     args = ap.parse_args()
     records = load_dataset(args.dataset)
@@ -137,8 +140,12 @@ def main() -> int:
     else:
         captured = capture(records)
         cache.write_bytes(pickle.dumps([{"name": r.name, "captured": c} for r, c in zip(records, captured, strict=True)]))
+    if args.upright:
+        keep = [k for k, r in enumerate(records) if not (r.meta.get("transforms") or {}).get("rotate_cw")]
+        records, captured = [records[k] for k in keep], [captured[k] for k in keep]
     out = {}
-    print(f"{args.dataset}: {len(records)} pages, reference order {args.ref_order}")
+    print(f"{args.dataset}: {len(records)} pages{' (upright only)' if args.upright else ''}, "
+          f"reference order {args.ref_order}")
     print(f"{'variant':8s} {'CER %':>7s} {'aligned %':>9s} {'word acc %':>10s} {'tau':>6s}  tables (found/labeled, shape, cell F1)")
     for name, options in VARIANTS.items():
         res = run_variant(records, captured, options, args.ref_order)

@@ -164,3 +164,17 @@ def test_columns_synth_labels_list_reading_order_and_tables():
     assert rec["reading_order"] is True and isinstance(rec["tables"], list)
     Image.open(io.BytesIO(data)).verify()
     assert len(rec["lines"]) > 20
+
+
+def test_page_turned_by_90_degrees_reads_its_vertical_lines_in_order():
+    # a page turned clockwise: lines stand upright, read top to bottom, the first at the right
+    page, _, rec = _truth_page("document", 6, shuffle=True)
+    height = rec["height"]
+    for ln in page.lines:
+        pts = [(height - y, x) for x, y in ln.poly]  # turn clockwise
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ln.poly = [[min(xs), min(ys)], [max(xs), min(ys)], [max(xs), max(ys)], [min(xs), max(ys)]]
+    page.width, page.height = rec["height"], rec["width"]
+    analyze(page)
+    got = [ln.truth for ln in page.lines]
+    assert kendall_tau(got) >= 0.97, got

@@ -4,17 +4,20 @@ from ocrforge.config import EngineConfig, load_profile, save_profile
 from ocrforge.engine import OCR, read
 from ocrforge.io.inputs import InputError
 from ocrforge.models.registry import ModelFileError
-from ocrforge.result import Block, Line, Page, Word
+from ocrforge.result import Block, Cell, Line, Page, Table, Word
 from ocrforge.version import __version__
 
 __all__ = [
     "OCR",
+    "Block",
+    "Cell",
     "EngineConfig",
     "InputError",
     "Block",
     "Line",
     "ModelFileError",
     "Page",
+    "Table",
     "Word",
     "__version__",
     "load_profile",

@@ -13,6 +13,20 @@
 6. blocks: headers, paragraphs, titles, lists, tables, footers, in reading order.
 
 ``page.lines`` is reordered in place; ``Block.lines`` and ``Cell.lines`` index the new order.
+
+What a runner hands over, per page, after assembling it (lines in any order, drop_score applied):
+
+- ``image``: the page pixels the line polygons refer to (BGR or grey numpy array); optional, only
+  ruled tables need it;
+- ``steps``: for every line of ``page.lines``, in the same order, the ``CharSteps`` of its crop (or
+  None for a line without them). On the CPU path: per recognition batch,
+  ``CTCDecoder.decode_steps(probs, content_widths, batch_width)`` instead of ``CTCDecoder(probs)``,
+  with ``content_widths[i] = RecPreprocessor.target_width(crop_i)`` and ``batch_width =
+  batch.shape[3]``. Where argmax runs elsewhere (the GPU path), ``CTCDecoder.collapse_steps(idx,
+  conf, space_prob, content_steps)`` takes the same argmax indices and probabilities as
+  ``collapse`` plus the space class's probability per step (``probs[:, :, ctc.space_index]``, B x
+  T) and ``content_steps[i] = T * target_width_i / batch_width``. A line turned by the orientation
+  classifier keeps ``Line.angle = 180``; the words account for it.
 """
 
 from __future__ import annotations

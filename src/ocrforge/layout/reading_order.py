@@ -8,14 +8,17 @@ The units are axis-aligned boxes in the deskewed frame (text lines, or whole tab
    are the pieces of text columns: they never reach across a gutter, because a title or caption
    over two columns has two neighbours below or above it, and never join the parts of a row.
 2. XY-cut on the chains (Nagy and Seth), top level first:
-   a. page-wide chains, those overlapping two chains that are apart from each other (a title,
-      caption or table over several columns; the masking step of XY-Cut++, arXiv 2504.10258), cut
-      the region into horizontal bands, each read on its own: text above a spanning title is read,
-      column by column, before it;
+   a. page-wide chains cut the region into horizontal bands, each read on its own, so that text
+      above a spanning title is read, column by column, before it. A chain is page-wide (a title,
+      caption or table over several columns; the masking step of XY-Cut++, arXiv 2504.10258) when
+      nothing stands beside it and its nearest neighbours right below (or above) it include two
+      chains of some width lying apart side by side, their near ends level;
    b. a vertical gap through the region (a gutter, Breuel's whitespace column finding in its
-      simplest form) cuts it into columns, left to right, when the sides look like running text:
-      several lines, several line heights wide, that fill their column or do not pair up row by
-      row with the other side (receipt items and prices, form labels and values do);
+      simplest form) cuts it into columns, left to right, when the sides read as columns: running
+      text (several long lines, or lines of some length filling their side), or short lines that
+      do not pair up row by row with a side that is not running text. Receipt items and prices,
+      form labels and values pair up and are read row by row; a menu or sidebar of short items
+      beside paragraphs is a column of its own;
    c. a horizontal gap cuts it into bands, top to bottom (wide gaps first, so that a title block
       whose long title crosses the gutter below it is cut off before the columns are looked for);
    d. what is left is read row by row, left to right.

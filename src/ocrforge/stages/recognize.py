@@ -181,9 +181,10 @@ class CharSteps:
     """A decoded line with the CTC time steps of its characters.
 
     ``start[k]``/``end[k]`` are the first and last step (inclusive) of the argmax run that gave
-    character ``text[k]``, ``conf[k]`` its probability. ``steps`` is T, the steps the network produced for the padded batch
-    width; ``content_steps`` of them cover the crop itself (T * crop width / batch width, both in
-    network pixels), so step t lies at (t + 0.5) / content_steps of the crop's width.
+    character ``text[k]``, ``conf[k]`` its probability. ``steps`` is T, the steps the network
+    produced for the padded batch width; ``content_steps`` of them cover the crop itself (T * crop
+    width / batch width, both in network pixels), so step t lies at (t + 0.5) / content_steps of
+    the crop's width.
     ``gap_space[k]`` (optional) is the largest space-class probability between characters k
     and k+1.
     """
