@@ -26,8 +26,9 @@ def page() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def oriented() -> OCR:
-    return OCR(page_orientation=True)
+def oriented(engine) -> OCR:
+    assert engine.config.cls.page_orientation, "page orientation is on by default"
+    return engine
 
 
 @pytest.mark.parametrize("angle", [0, 90, 180, 270])

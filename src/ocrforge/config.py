@@ -69,7 +69,10 @@ class ClsConfig(_Section):
     precision: Precision = "fp32"
     thresh: float = Field(0.9, gt=0, lt=1)
     batch_size: int = Field(32, ge=1)
-    page_orientation: bool = False  # whole-page 0/90/180/270 orientation before detection
+    # whole-page 0/90/180/270 orientation before detection (stages/page_orientation.py): on,
+    # since it costs ~1 % of a page and turned no upright dev or synthetic page (ACCURACY.md,
+    # "Rotated pages"); not applied by the GPU scheduler (scheduling/gpu.py) yet
+    page_orientation: bool = True
 
 
 class RecConfig(_Section):
