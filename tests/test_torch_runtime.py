@@ -199,3 +199,18 @@ def test_gpu_read_many_uses_gpu_scheduler(pages):
     assert out[2].error
     assert [len(p.lines) for p in out[:2]] == [4, 4]
     assert out[0].lines[0].text.startswith("Invoice")
+
+
+def test_gpu_scheduler_turns_rotated_pages_like_the_runner(pages, torch_cpu_engine):
+    """Page orientation (on by default) means the same on the GPU path as on the CPU runner:
+    a page given at 90 degrees comes back upright, with the same rotation and text."""
+    import cv2
+
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    turned = np.ascontiguousarray(cv2.rotate(pages[0], cv2.ROTATE_90_CLOCKWISE))
+    ref = torch_cpu_engine.read(turned)
+    got = list(GpuScheduler(torch_cpu_engine).run([turned]))[0]
+    assert ref.rotation == got.rotation != 0
+    assert [ln.text.replace(" ", "") for ln in got.lines] == \
+        [ln.text.replace(" ", "") for ln in ref.lines]

@@ -66,6 +66,7 @@ class _Page:
     h: int = 0
     w: int = 0
     dpi: float | None = None
+    rotation: int = 0  # whole-page orientation applied on the host (runner.upright_pages)
     host: torch.Tensor | None = None  # H x W x 3 uint8 (pinned on CUDA), before upload
     jpeg: bytes | None = None  # plain JPEG for the device decoder
     img: torch.Tensor | None = None  # 3 x H x W uint8 on the device (BGR)
@@ -415,14 +416,15 @@ class GpuScheduler:
         src = describe(item)
         out: list[_Page] = []
         try:
-            if self.gpu_decode:
+            # page orientation looks at the host image, so it takes the CPU decoder
+            if self.gpu_decode and not self.engine.config.cls.page_orientation:
                 data = _plain_jpeg(item)
                 if data is not None:
                     p = _Page(0, src, 0, jpeg=data)
                     p.timings["decode"] = time.perf_counter() - t0
                     return [p]
             for pg in self.engine.decode(item):
-                out.append(self._host_page(pg))
+                out.append(self._host_page(self.runner.upright_pages([pg])[0]))
         except InputError as e:
             out.append(_Page(0, e.source, 0, error=e.reason))
         except Exception as e:
@@ -437,7 +439,8 @@ class GpuScheduler:
         t = torch.from_numpy(np.ascontiguousarray(pg.image))
         if self.cuda:
             t = t.pin_memory()
-        return _Page(0, pg.source, pg.index, h, w, dpi=pg.dpi, host=t)
+        return _Page(0, pg.source, pg.index, h, w, dpi=pg.dpi,
+                     rotation=getattr(pg, "rotation", 0), host=t)
 
     def _gpu_loop(self, in_q: queue.Queue, out_q: queue.Queue, pool: ThreadPoolExecutor,
                   stop: threading.Event, s: Any) -> None:
