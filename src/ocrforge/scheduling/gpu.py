@@ -240,15 +240,7 @@ class GpuScheduler:
         bitmap = (prob > self.thresh).to(torch.uint8)
         if self.post_processes:
             prob = (prob * 255.0).round_().to(torch.uint8)  # what the shared-memory slots carry
-        if self.cuda:
-            hp = torch.empty(prob.shape, dtype=prob.dtype, pin_memory=True)
-            hb_ = torch.empty(bitmap.shape, dtype=torch.uint8, pin_memory=True)
-            hp.copy_(prob, non_blocking=True)
-            hb_.copy_(bitmap, non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record()
-            return hp, hb_, ev
-        return prob.clone(), bitmap.clone(), None
+        return self._to_host(prob, bitmap)
 
     def _rec_chunk(self, chunk: list, wb: int) -> tuple:
         n = len(chunk)
@@ -266,15 +258,22 @@ class GpuScheduler:
             i = j
         idx, conf = ctc_head_torch(self.rec.forward(x))
         idx, conf = idx[:n], conf[:n]
-        if self.cuda:
-            hi = torch.empty(idx.shape, dtype=torch.int32, pin_memory=True)
-            hc = torch.empty(conf.shape, dtype=torch.float32, pin_memory=True)
-            hi.copy_(idx, non_blocking=True)
-            hc.copy_(conf, non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record()
-            return chunk, hi, hc, ev
-        return chunk, idx.clone(), conf.clone(), None
+        return (chunk, *self._to_host(idx, conf))
+
+    def _to_host(self, *tensors: torch.Tensor) -> tuple:
+        """Asynchronous copies into fresh pinned host tensors plus the event that marks them
+        done (on the CPU: plain copies and no event). Copies, not views: CUDA-graph outputs
+        are overwritten by the next replay."""
+        if not self.cuda:
+            return (*(t.clone() for t in tensors), None)
+        out = []
+        for t in tensors:
+            h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            h.copy_(t, non_blocking=True)
+            out.append(h)
+        ev = torch.cuda.Event()
+        ev.record()
+        return (*out, ev)
 
     # ------------------------------------------------------------------ CPU piece
     def _post(self, pages: list[_Page], prob: torch.Tensor, bitmap: torch.Tensor, ev: Any) -> list[_Page]:
