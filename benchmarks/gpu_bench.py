@@ -322,24 +322,33 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        eng = OCR(runtime="torch", device=ARGS.device, torch_precision=prec, torch_compile=comp,
-                  cuda_graphs=graphs, det_batch_size=det_batch, rec_batch_size=rec_batch,
-                  **{"gpu.post_workers": 12, "gpu.decode": ARGS.gpu_decode}, **engine_kw)
-        gp = eng.gpu_scheduler()  # captures / compiles every bucket shape (warm-up) here
+        if buckets.startswith("engine-defaults"):  # what `OCR(device="cuda")` gives a user
+            lim = {"det_limit_side": 1280} if buckets.endswith("1280") else {}
+            eng = OCR(device=ARGS.device, **({} if cuda else {"runtime": "torch"}), **lim, **engine_kw)
+        else:
+            eng = OCR(runtime="torch", device=ARGS.device, torch_precision=prec, torch_compile=comp,
+                      cuda_graphs=graphs, det_batch_size=det_batch, rec_batch_size=rec_batch,
+                      **{"gpu.post_workers": 12, "gpu.decode": ARGS.gpu_decode}, **engine_kw)
+        gp = eng.gpu_scheduler()  # with gpu.warmup="all" every bucket is captured here
+        first = list(gp.run(files[:1]))
+        first_page_s = time.perf_counter() - t0
         warm_s = time.perf_counter() - t0
+        log(f"e2e {name}: engine start -> first page out {first_page_s:.2f}s")
         warm_pages = list(gp.run(files[: ARGS.warm_pages]))
         start_s = time.perf_counter() - t0
         log(f"e2e {name}: engine start + bucket warm-up {warm_s:.1f}s (warmup {gp.stats.warmup_s:.1f}s)")
         log(f"e2e {name}: engine start + warm-up on {len(warm_pages)} pages {start_s:.1f}s")
         row: dict = {"config": name, "precision": prec, "compile": comp, "cuda_graphs": graphs,
+                     "start_to_first_page_s": first_page_s, "first_page_ok": bool(first and first[0].ok),
                      "page_buckets": buckets, "start_plus_warmup_s": start_s,
                      "warm_pages_ok": sum(not p.error for p in warm_pages),
                      "engine_start_plus_bucket_warmup_s": warm_s, "gpu_decode": gp.gpu_decode}
+        out[name] = row  # saved as it fills: a run cut short keeps what was measured
         gp.stats.__init__()
         if ARGS.profile and name == configs[0][0] and cuda:
-            row["profile"] = profile_stages(gp, files[: ARGS.profile_pages])
+            row["profile"] = profile_stages(gp, (real or files)[: ARGS.profile_pages])
             gp.stats.__init__()
-        cpu0 = time.process_time()
+        cpu0 = host_cpu_s()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         with GpuSampler() as smp:
             t0 = time.perf_counter()
@@ -350,7 +359,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
                     log(f"    {len(pages)} pages, {len(pages) / (time.perf_counter() - t0):.1f} pages/s so far")
             el = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = time.process_time() - cpu0
+        cpu = host_cpu_s() - cpu0
         st = gp.stats
         sc = score_pages(recs, pages)["overall"]
         k = min(ARGS.ort_pages, len(recs))
@@ -366,6 +375,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             "stats": st.__dict__.copy(), "synth_cer": sc.get("cer"), "synth_det_f1": sc.get("det_f1"),
             "synth_line_acc": sc.get("line_acc"),
         })
+        save(ARGS.out)
         log(f"e2e {name:34s} {row['pages_per_s']:.1f} pages/s ({row['lines_per_s']:.0f} lines/s) "
             f"CER {row['synth_cer']:.4f} util {row['gpu_util'].get('util_mean', -1):.0f}% "
             f"cpu/page {row['host_cpu_s_per_page'] * 1e3:.1f} ms mem {row['peak_mem_GiB']:.1f} GiB "
@@ -380,6 +390,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             row["latency_ms_p50"] = pct(lat, 50) * 1e3
             row["latency_ms_p95"] = pct(lat, 95) * 1e3
             log(f"    single-page latency p50 {row['latency_ms_p50']:.1f} ms p95 {row['latency_ms_p95']:.1f} ms")
+            save(ARGS.out)
         if dev_recs:
             for k in ("dev_pass1", "dev_pass2"):  # the same engine twice: must read the same
                 t0 = time.perf_counter()
@@ -391,19 +402,68 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
                           "lines": sum(len(p.lines) for p in dpages)}
                 log(f"    {k} {len(dpages)} pages {row[k]['pages_per_s']:.1f} pages/s "
                     f"CER {row[k]['cer']:.4f} det_f1 {row[k]['det_f1']:.4f} lines {row[k]['lines']}")
+                save(ARGS.out)
             if real:
+                gp.stats.__init__()
                 t0 = time.perf_counter()
+                cpu0 = host_cpu_s()
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
                 with GpuSampler() as smp2:
                     n_real = sum(1 for _ in gp.run(real))
                 el = time.perf_counter() - t0
                 row["real_mix"] = {"pages": n_real, "pages_per_s": n_real / el,
-                                   "gpu_util": smp2.summary()}
+                                   "gpu_util": smp2.summary(),
+                                   "host_cpu_ms_per_page": (host_cpu_s() - cpu0) / n_real * 1e3,
+                                   "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+                                   "reserved_GiB": torch.cuda.memory_reserved() / 2**30 if cuda else 0.0,
+                                   "stats": gp.stats.__dict__.copy()}
+                save(ARGS.out)
+                if ARGS.rotated:
+                    row["rotated"] = rotated_dev(gp, dev_recs)
+                rm = row["real_mix"]
                 log(f"    real-page mix {n_real} pages {n_real / el:.1f} pages/s "
-                    f"util {row['real_mix']['gpu_util'].get('util_mean', -1):.0f}%")
+                    f"util {rm['gpu_util'].get('util_mean', -1):.0f}% host {rm['host_cpu_ms_per_page']:.1f} ms/page "
+                    f"peak {rm['peak_mem_GiB']:.2f} GiB reserved {rm['reserved_GiB']:.2f} GiB stats {rm['stats']}")
         out[name] = row
         save(ARGS.out)
         eng.close()
         del gp, eng
+
+
+def host_cpu_s() -> float:
+    """CPU seconds of this process and its live children (the DB worker processes)."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system
+    for c in me.children(recursive=True):
+        try:
+            ct = c.cpu_times()
+            total += ct.user + ct.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def rotated_dev(gp, dev_recs) -> dict:
+    """The dev pages turned by 90/180/270 (as arrays): CER against the upright labels (page
+    orientation must turn them back) and how many came back with the right rotation."""
+    import cv2
+
+    from ocrforge.evaluation.eval import score_pages
+
+    codes = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
+    out = {}
+    for angle, code in codes.items():
+        imgs = [cv2.rotate(cv2.imread(str(r.image)), code) for r in dev_recs]
+        pages = list(gp.run(imgs))
+        sc = score_pages(dev_recs, pages)["overall"]
+        out[angle] = {"cer": sc.get("cer"), "det_f1": sc.get("det_f1"),
+                      "right_rotation": sum(p.rotation == angle for p in pages), "pages": len(pages)}
+        log(f"    rotated {angle}: CER {sc.get('cer'):.4f} rotation right {out[angle]['right_rotation']}/{len(pages)}")
+    return out
 
 
 def profile_stages(gp, files: list[str]) -> dict:
@@ -517,6 +577,7 @@ def main() -> None:
     ap.add_argument("--gpu-decode", type=int, default=1, help="nvJPEG decode of plain JPEGs (1/0)")
     ap.add_argument("--profile", type=int, default=1, help="torch.profiler stage table (1/0)")
     ap.add_argument("--profile-pages", type=int, default=64)
+    ap.add_argument("--rotated", type=int, default=1, help="dev pages turned 90/180/270 (1/0)")
     ARGS = ap.parse_args()
 
     import torch
@@ -550,6 +611,8 @@ def main() -> None:
         "fp16e": ("eager FP16 (no graphs)", "fp16", False, False, "default"),
         "fp16c": ("compiled + CUDA graphs FP16", "fp16", True, True, "default"),
         "fp32x": ("eager + CUDA graphs FP32, exact page shapes", "fp32", False, True, "exact"),
+        "def": ("default engine OCR(device='cuda')", "fp16", False, True, "engine-defaults"),
+        "def1280": ("default engine, det.limit_side=1280", "fp16", False, True, "engine-defaults-1280"),
     }
     for s in secs:
         if time.perf_counter() - T_START > ARGS.budget_s:

@@ -41,7 +41,7 @@ def test_unknown_key_or_bad_value_names_the_key(changes, names):
 
 
 @pytest.mark.parametrize("changes, says", [
-    ({"device": "cuda"}, "runtime.backend torch"),
+    ({"runtime": "onnxruntime", "device": "cuda"}, "runtime.backend torch"),
     ({"cuda_graphs": True}, "torch only"),
     ({"runtime": "torch", "rec_precision": "int8"}, "runtime.torch_precision"),
     ({"runtime": "torch", "cuda_graphs": True}, "device cuda"),
@@ -50,6 +50,14 @@ def test_knobs_that_cannot_apply_are_rejected(changes, says):
     with pytest.raises(ConfigError) as e:
         EngineConfig().with_(**changes)
     assert says in str(e.value)
+
+
+def test_device_cuda_alone_means_the_gpu_engine():
+    cfg = EngineConfig().with_(device="cuda:1")
+    rt = cfg.runtime
+    assert (rt.backend, rt.device, rt.torch_precision, rt.cuda_graphs) == ("torch", "cuda:1", "fp16", True)
+    rt = EngineConfig().with_(device="cuda", torch_precision="fp32", cuda_graphs=False).runtime
+    assert (rt.backend, rt.torch_precision, rt.cuda_graphs) == ("torch", "fp32", False)
 
 
 def test_environment_variables_parse_through_the_config():

@@ -79,7 +79,7 @@ def _scheduler(engine, **gpu):
     from ocrforge.scheduling.gpu import GpuScheduler
 
     eng = OCR(engine.config.with_(**{f"gpu.{k}": v for k, v in gpu.items()}))
-    return GpuScheduler(eng)
+    return GpuScheduler(eng.runner, eng.decode)
 
 
 def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
@@ -88,7 +88,7 @@ def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
     eng = OCR(torch_cpu_engine.config.with_(det_batch_size=2, rec_batch_size=4, **{"gpu.post_workers": 2}))
     from ocrforge.scheduling.gpu import GpuScheduler
 
-    gs = GpuScheduler(eng)
+    gs = GpuScheduler(eng.runner, eng.decode)
     items = [pages[0], b"not an image", pages[1]]
     out = list(gs.run(items))
     assert len(out) == 3
@@ -210,7 +210,7 @@ def test_gpu_scheduler_turns_rotated_pages_like_the_runner(pages, torch_cpu_engi
 
     turned = np.ascontiguousarray(cv2.rotate(pages[0], cv2.ROTATE_90_CLOCKWISE))
     ref = torch_cpu_engine.read(turned)
-    got = list(GpuScheduler(torch_cpu_engine).run([turned]))[0]
+    got = list(GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode).run([turned]))[0]
     assert ref.rotation == got.rotation != 0
     assert [ln.text.replace(" ", "") for ln in got.lines] == \
         [ln.text.replace(" ", "") for ln in ref.lines]

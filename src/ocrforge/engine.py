@@ -167,7 +167,7 @@ class OCR:
             if sch is None:
                 from ocrforge.scheduling.gpu import GpuScheduler
 
-                sch = self._gpu[limit] = GpuScheduler(self, det_limit=limit)
+                sch = self._gpu[limit] = GpuScheduler(self.runner, self.decode, det_limit=limit)
             return sch
 
     def close(self) -> None:

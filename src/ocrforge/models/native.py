@@ -17,6 +17,10 @@ class NoNativeNetwork(ValueError):
 
 def build_native(ms: ModelSet, role: str, path: str | Path) -> nn.Module:
     """The native network of ``role`` in model set ``ms``, weights imported from its ONNX file."""
+    if role == "page_orientation":  # one network for every set (a plain classifier graph)
+        from ocrforge.models.torch_graph import graph_from_onnx
+
+        return graph_from_onnx(path)
     if role not in ms.native:
         have = ", ".join(ms.native) or "none"
         raise NoNativeNetwork(

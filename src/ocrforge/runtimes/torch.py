@@ -116,6 +116,10 @@ class TorchRuntime:
                                     dynamic=False, fullgraph=True)
         self.load_s = time.perf_counter() - t0
         self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
+        # a shape is captured on its second use: the first runs eagerly (and warms cuDNN and
+        # the allocator), so an engine serves its first pages without capturing anything
+        self.capture_after = 1
+        self._seen: dict[tuple, int] = {}
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
         self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
@@ -137,7 +141,8 @@ class TorchRuntime:
         key = (tuple(x.shape), x.dtype)
         g = self._graphs.get(key)
         if g is None:
-            if len(self._graphs) >= self._max_graphs:
+            seen = self._seen[key] = self._seen.get(key, 0) + 1
+            if len(self._graphs) >= self._max_graphs or seen <= self.capture_after:
                 return self.fn(x)
             g = self._capture(x)
             self._graphs[key] = g
@@ -163,7 +168,10 @@ class TorchRuntime:
         """Compile / capture the given input shapes now; returns seconds spent."""
         t0 = time.perf_counter()
         for shp in shapes:
-            self.forward(torch.zeros(shp, device=self.dev, dtype=self.dtype))
+            x = torch.zeros(shp, device=self.dev, dtype=self.dtype)
+            key = (tuple(x.shape), x.dtype)
+            self._seen[key] = max(self._seen.get(key, 0), self.capture_after)
+            self.forward(x)
         if self.cuda:
             torch.cuda.synchronize(self.dev)
         return time.perf_counter() - t0
@@ -180,29 +188,34 @@ class TorchRuntime:
     def run(self, batch: np.ndarray) -> np.ndarray:
         if batch.ndim != 4 or batch.shape[1] != 3:
             raise ValueError(f"{self.name}: expected an N x 3 x H x W batch, got {batch.shape}")
-        n = batch.shape[0]
-        with self._lock:
-            if not self.cuda:
-                x = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
-                npad = self._pad_batch(n)
-                if npad != n:
-                    x = torch.cat([x, x.new_zeros((npad - n, *x.shape[1:]))])
-                return self.forward(x)[:n].float().numpy()
-            npad = self._pad_batch(n)
-            shape = (npad, *batch.shape[1:])
-            host = self._pinned.get(shape)
-            if host is None:
-                host = self._pinned[shape] = torch.zeros(shape, dtype=torch.float32).pin_memory()
-            hv = host.numpy()
-            hv[:n] = batch
-            if npad != n:
-                hv[n:] = 0.0
-            main = torch.cuda.current_stream(self.dev)
-            with torch.cuda.stream(self._copy_stream):
-                xd = host.to(self.dev, non_blocking=True)
-            main.wait_stream(self._copy_stream)
-            xd.record_stream(main)
-            out = self.forward(xd)[:n]
-            res = out.to("cpu", non_blocking=False)
-            return res.numpy()
+        if not self.cuda:
+            with self._lock:
+                return self._run_cpu(batch)
+        with self._lock, torch.cuda.device(self.dev):
+            return self._run_cuda(batch)
 
+    def _run_cpu(self, batch: np.ndarray) -> np.ndarray:
+        n = batch.shape[0]
+        x = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
+        npad = self._pad_batch(n)
+        if npad != n:
+            x = torch.cat([x, x.new_zeros((npad - n, *x.shape[1:]))])
+        return self.forward(x)[:n].float().numpy()
+
+    def _run_cuda(self, batch: np.ndarray) -> np.ndarray:
+        n = batch.shape[0]
+        npad = self._pad_batch(n)
+        shape = (npad, *batch.shape[1:])
+        host = self._pinned.get(shape)
+        if host is None:
+            host = self._pinned[shape] = torch.zeros(shape, dtype=torch.float32).pin_memory()
+        hv = host.numpy()
+        hv[:n] = batch
+        if npad != n:
+            hv[n:] = 0.0
+        main = torch.cuda.current_stream(self.dev)
+        with torch.cuda.stream(self._copy_stream):
+            xd = host.to(self.dev, non_blocking=True)
+        main.wait_stream(self._copy_stream)
+        xd.record_stream(main)
+        return self.forward(xd)[:n].to("cpu", non_blocking=False).numpy()

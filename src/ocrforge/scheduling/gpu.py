@@ -3,6 +3,9 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
 
     decode       CPU threads read files / decode non-JPEG pages and pin them;
                  plain JPEGs go to the GPU thread as bytes (batched nvJPEG decode there)
+    orient       whole-page 0/90/180/270 on the device: pages of a batch resized into one
+                 224 x 224 tensor (page_orientation.prepare_torch), the native classifier,
+                 the decision read back asynchronously, turned pages rotated on the device
     detect       pages resized + normalised into a fixed set of page buckets (DetPreprocessor.
                  prepare_torch), DB network (CUDA graph per bucket), binarised on the device
     boxes        contours, box scores, unclip: CPU worker threads / processes
@@ -11,10 +14,13 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
     recognize    batches of one width bucket (CUDA graph per bucket); ctc_head_torch on the
                  device; only indices and scores come back; CTCDecoder.collapse on the CPU
 
-Every device operation is issued by one thread (the GPU driver thread), so all GPU work is
-ordered on one stream: nothing decoded or copied is used before it is ready. Shapes come from
-fixed buckets that are captured once (``warmup``), never per page. Results come out in input
-order. An out-of-memory error on a batch halves that stage's batch size and retries.
+The scheduler gets the runner and a decode function (never the ``OCR`` facade): it decides,
+the runner's stages execute. Every device operation is issued by one thread (the GPU driver
+thread, scheduling/gpu_loop.py), so all GPU work is ordered on one stream: nothing decoded or
+copied is used before it is ready. Shapes come from fixed buckets; a bucket's CUDA graph is
+captured the second time its shape is used (``gpu.warmup="lazy"``, the default: pages flow at
+once) or all at start (``gpu.warmup="all"``). Results come out in input order. An
+out-of-memory error on a batch halves that stage's batch size and retries.
 
 It also runs on the CPU (slowly), which is how CI compares it with the ONNX Runtime engine.
 """
@@ -27,27 +33,26 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from ocrforge.config import ReadOptions
-from ocrforge.core import looks_like_crop
+from ocrforge.core import PageRunner
 from ocrforge.io.inputs import InputError, PageImage, describe
 from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
-from ocrforge.stages.crop import crop_lines_torch
+from ocrforge.scheduling.gpu_loop import END as _END
+from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.stages.detect import DetInput
 from ocrforge.stages.recognize import ctc_head_torch
 
-if TYPE_CHECKING:
-    from ocrforge.engine import OCR
-
-_END = object()
+Decode = Callable[[Any], Iterable[PageImage]]
 
 
 def page_buckets_for(limit: int, fractions: list[tuple[float, float]]) -> list[tuple[int, int]]:
@@ -59,14 +64,14 @@ def page_buckets_for(limit: int, fractions: list[tuple[float, float]]) -> list[t
 
 
 @dataclass
-class _Page:
+class GpuPage:
     seq: int
     source: str
     index: int
     h: int = 0
     w: int = 0
     dpi: float | None = None
-    rotation: int = 0  # whole-page orientation applied on the host (runner.upright_pages)
+    rotation: int = 0  # whole-page orientation applied (on the host or on the device)
     host: torch.Tensor | None = None  # H x W x 3 uint8 (pinned on CUDA), before upload
     jpeg: bytes | None = None  # plain JPEG for the device decoder
     img: torch.Tensor | None = None  # 3 x H x W uint8 on the device (BGR)
@@ -94,7 +99,10 @@ class SchedulerStats:
     lines: int = 0
     det_batches: int = 0
     rec_batches: int = 0
+    orient_batches: int = 0
+    pages_turned: int = 0
     det_s: float = 0.0  # GPU-thread wall time in each stage (launch + any sync)
+    orient_s: float = 0.0
     crop_s: float = 0.0
     rec_s: float = 0.0
     decode_s: float = 0.0  # GPU-thread time decoding JPEGs and uploading pages
@@ -104,47 +112,47 @@ class SchedulerStats:
 
 
 class GpuScheduler:
-    """Many pages through the engine's runner on a device. One per engine and det-limit bucket."""
+    """Many pages through a runner on a device. One per engine and det-limit bucket."""
 
-    def __init__(self, engine: OCR, *, det_limit: int | None = None):
-        runner = engine.runner
+    def __init__(self, runner: PageRunner, decode: Decode, *, det_limit: int | None = None):
         if not isinstance(runner.det_rt, DeviceRuntime) or not isinstance(runner.rec_rt, DeviceRuntime):
             raise ValueError("the GPU scheduler needs an engine with runtime.backend='torch'")
-        cfg = engine.config
+        cfg = runner.config
         g = cfg.gpu
-        self.engine = engine
         self.runner = runner
+        self.decode = decode
         self.det = runner.det_rt
         self.rec = runner.rec_rt
         self.dev = self.det.dev
         self.cuda = self.dev.type == "cuda"
         self.det_batch = cfg.det_batch()
         self.rec_batch = cfg.rec_batch()
+        self.det_pixels = int(g.det_batch_megapixels * 1024 * 1024)
         self.limit = det_limit or cfg.det.limit_side
         self.page_buckets = page_buckets_for(self.limit, g.page_buckets)
         self.post_workers = g.post_workers
-        post = g.post_processes
-        if post is None:
-            # ~100 pages/s per process for document pages (benchmarks/gpu_host_costs.py);
-            # leave a few cores to the GPU driver thread and the decoders
-            post = min(12, max(1, (os.cpu_count() or 2) - 4)) if self.cuda else 0
-        self.post_processes = post
+        self.post_processes = _post_processes(g.post_processes, self.cuda)
         self._dbpool: Any = None
         self.gpu_decode = g.decode and self.cuda and _has_nvjpeg()
         self.max_inflight = g.max_inflight
+        self.orient_batch = g.orient_batch
         self.thresh = float(runner.det_decode.thresh)
         self.stats = SchedulerStats()
-        self._warm = False
+        self._orient_rt: Any = None
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         self._lock = threading.Lock()  # one run at a time per scheduler
-        if g.warmup and self.cuda:
+        if g.warmup in (True, "all") and self.cuda:
             self.warmup()
+
+    def device_context(self) -> AbstractContextManager:
+        """Makes this scheduler's GPU the current one (streams, events, graphs) in a thread."""
+        return torch.cuda.device(self.dev) if self.cuda else nullcontext()
 
     # ------------------------------------------------------------------ buckets
     def det_batch_for(self, bucket: tuple[int, int]) -> int:
-        """Pages per detection call in this bucket: det batch size at up to 1024 x 1024 pixels,
-        fewer for bigger buckets (same pixels per call: bounded memory and capture time)."""
-        return max(1, min(self.det_batch, (self.det_batch * 1024 * 1024) // (bucket[0] * bucket[1])))
+        """Pages per detection call in this bucket: at most ``gpu.det_batch_megapixels`` of
+        input per call (bounded memory and capture time), never more than the det batch."""
+        return max(1, min(self.det_batch, self.det_pixels // (bucket[0] * bucket[1])))
 
     def page_bucket(self, rh: int, rw: int) -> tuple[int, int]:
         for b in self.page_buckets:
@@ -158,41 +166,47 @@ class GpuScheduler:
             return list(rp.widths)
         return list(range(rp.bucket(1), rp.max_width + 1, rp.width_step))
 
-    def warmup(self) -> float:
-        """Capture / compile every bucket shape now (det: each page bucket at the det batch and
-        at 1; rec: each width bucket at both rec batch shapes); seconds spent."""
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            for hb, wb in self.page_buckets:
-                for n in sorted({1, self.det_batch_for((hb, wb))}):
-                    self.det.forward(torch.zeros((n, 3, hb, wb), device=self.dev))
-            for wb in self.rec_shapes():
-                for n in sorted({self._rec_small(), self.rec_batch_for(wb)}):
-                    self.rec.forward(torch.zeros((n, 3, self.runner.rec_prep.height, wb),
-                                                 device=self.dev))
-        if self.cuda:
-            torch.cuda.synchronize(self.dev)
-        self._warm = True
-        self.stats.warmup_s = time.perf_counter() - t0
-        return self.stats.warmup_s
-
-    def _rec_small(self) -> int:
+    def rec_small(self) -> int:
         return max(1, self.rec_batch // 8)
 
     def rec_batch_for(self, width: int) -> int:
         """Lines per recognition call at this width bucket: the rec batch size up to 1280 px
         wide, fewer for wider buckets (same pixels per call: bounded memory and capture time)."""
-        return max(self._rec_small(), min(self.rec_batch, self.rec_batch * 1280 // max(width, 1)))
+        return max(self.rec_small(), min(self.rec_batch, self.rec_batch * 1280 // max(width, 1)))
+
+    def orient_runtime(self) -> Any:
+        """The page orientation network on this device (None: feature off or file missing)."""
+        if self._orient_rt is None:
+            rt = self.runner.page_orientation_runtime() if self.runner.config.cls.page_orientation else None
+            self._orient_rt = rt if isinstance(rt, DeviceRuntime) else False
+        return self._orient_rt or None
+
+    def warmup(self) -> float:
+        """Capture / compile every bucket shape now (det: each page bucket at the det batch and
+        at 1; rec: each width bucket at both rec batch shapes); seconds spent."""
+        t0 = time.perf_counter()
+        with torch.inference_mode(), self.device_context():
+            for hb, wb in self.page_buckets:
+                for n in sorted({1, self.det_batch_for((hb, wb))}):
+                    self.det.warmup([(n, 3, hb, wb)])
+            h = self.runner.rec_prep.height
+            for wb in self.rec_shapes():
+                self.rec.warmup([(n, 3, h, wb) for n in sorted({self.rec_small(), self.rec_batch_for(wb)})])
+            ori = self.orient_runtime()
+            if ori is not None:
+                ori.warmup([(n, 3, 224, 224) for n in _pow2_upto(self.orient_batch)])
+        self.stats.warmup_s = time.perf_counter() - t0
+        return self.stats.warmup_s
 
     # ------------------------------------------------------------------ device pieces
-    def _upload(self, p: _Page) -> None:
-        """On the GPU thread: the page onto the device (decode JPEG bytes there)."""
+    def upload(self, p: GpuPage) -> None:
+        """On the GPU thread: the page onto the device."""
         if p.host is not None:
             t = p.host.to(self.dev, non_blocking=True) if self.cuda else p.host
             p.img = t.permute(2, 0, 1)
             p.host = None
 
-    def _decode_jpegs(self, pages: list[_Page]) -> None:
+    def decode_jpegs(self, pages: list[GpuPage]) -> None:
         """Batched nvJPEG decode on the GPU thread (stream-ordered with everything after it)."""
         import torchvision.io as tvio
 
@@ -214,25 +228,35 @@ class GpuScheduler:
         for p, t in zip(pages, outs, strict=True):
             if t is None:  # the device decoder refused it: the CPU decoder reads it
                 self._cpu_decode_into(p, p.jpeg or b"")
-                self._upload(p)
+                self.upload(p)
             else:
                 p.img = t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
                 p.h, p.w = int(t.shape[1]), int(t.shape[2])
             p.jpeg = None
 
-    def _cpu_decode_into(self, p: _Page, data: bytes) -> None:
+    def _cpu_decode_into(self, p: GpuPage, data: bytes) -> None:
         try:
-            pg = next(iter(self.engine.decode(data)))
+            pg = next(iter(self.decode(data)))
             p.h, p.w = pg.image.shape[:2]
             p.host = torch.from_numpy(np.ascontiguousarray(pg.image))
         except Exception as e:
             p.error = f"cannot read ({type(e).__name__}: {e})"
 
-    def _run_det(self, pages: list[_Page], hb: int, wb: int) -> tuple:
+    def run_orient(self, pages: list[GpuPage]) -> tuple:
+        """Page orientation probabilities of these pages (async copy to the host + event)."""
+        from ocrforge.stages import page_orientation as po
+
+        n = 1 << (len(pages) - 1).bit_length()  # power-of-two batches: few graph shapes
+        rt = self.orient_runtime()
+        x = torch.zeros((n, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
+        for k, p in enumerate(pages):
+            x[k] = po.prepare_torch(p.img)
+        return self.to_host(rt.forward(x)[: len(pages)].float())
+
+    def run_det(self, pages: list[GpuPage], hb: int, wb: int) -> tuple:
         nb = self.det_batch_for((hb, wb))
-        n = nb if len(pages) > 1 else 1
-        n = max(n, len(pages))
-        x = torch.zeros((n, 3, hb, wb), device=self.dev, dtype=torch.float32)
+        n = max(nb if len(pages) > 1 else 1, len(pages))
+        x = torch.zeros((n, 3, hb, wb), device=self.dev, dtype=self.det.dtype)
         dp = self.runner.det_prep
         for k, p in enumerate(pages):
             dp.prepare_torch(p.img, p.rh, p.rw, x[k])
@@ -240,11 +264,11 @@ class GpuScheduler:
         bitmap = (prob > self.thresh).to(torch.uint8)
         if self.post_processes:
             prob = (prob * 255.0).round_().to(torch.uint8)  # what the shared-memory slots carry
-        return self._to_host(prob, bitmap)
+        return self.to_host(prob, bitmap)
 
-    def _rec_chunk(self, chunk: list, wb: int) -> tuple:
+    def rec_chunk(self, chunk: list, wb: int) -> tuple:
         n = len(chunk)
-        small = self._rec_small()
+        small = self.rec_small()
         npad = small if n <= small else self.rec_batch_for(wb)
         x = torch.zeros((npad, 3, self.runner.rec_prep.height, wb), device=self.dev,
                         dtype=self.rec.dtype)
@@ -257,10 +281,9 @@ class GpuScheduler:
             x[i:j] = crops[r0 : r0 + (j - i), :, :, :wb]
             i = j
         idx, conf = ctc_head_torch(self.rec.forward(x))
-        idx, conf = idx[:n], conf[:n]
-        return (chunk, *self._to_host(idx, conf))
+        return (chunk, *self.to_host(idx[:n], conf[:n]))
 
-    def _to_host(self, *tensors: torch.Tensor) -> tuple:
+    def to_host(self, *tensors: torch.Tensor) -> tuple:
         """Asynchronous copies into fresh pinned host tensors plus the event that marks them
         done (on the CPU: plain copies and no event). Copies, not views: CUDA-graph outputs
         are overwritten by the next replay."""
@@ -276,7 +299,8 @@ class GpuScheduler:
         return (*out, ev)
 
     # ------------------------------------------------------------------ CPU piece
-    def _post(self, pages: list[_Page], prob: torch.Tensor, bitmap: torch.Tensor, ev: Any) -> list[_Page]:
+    def post(self, pages: list[GpuPage], prob: torch.Tensor, bitmap: torch.Tensor, ev: Any
+             ) -> list[GpuPage]:
         t0 = time.perf_counter()
         if ev is not None:
             ev.synchronize()
@@ -295,8 +319,7 @@ class GpuScheduler:
         self.stats.post_s += time.perf_counter() - t0
         return pages
 
-    # ------------------------------------------------------------------ driver
-    def _with_oom_retry(self, what: str, fn: Any, items: list, *args: Any) -> list:
+    def with_oom_retry(self, what: str, fn: Any, items: list, *args: Any) -> list:
         """Run fn on items; on CUDA OOM split the batch in halves (and remember the size)."""
         try:
             return [fn(items, *args)]
@@ -307,17 +330,59 @@ class GpuScheduler:
             self.stats.oom_retries += 1
             if what == "det":
                 self.det_batch = max(1, self.det_batch // 2)
-            else:
+            elif what == "rec":
                 self.rec_batch = max(1, self.rec_batch // 2)
             half = len(items) // 2
-            return (self._with_oom_retry(what, fn, items[:half], *args)
-                    + self._with_oom_retry(what, fn, items[half:], *args))
+            return (self.with_oom_retry(what, fn, items[:half], *args)
+                    + self.with_oom_retry(what, fn, items[half:], *args))
+
+    def ensure_db_pool(self) -> None:
+        if self.post_processes and self._dbpool is None:
+            from ocrforge.scheduling.db_workers import ShmDBPool
+
+            dd = self.runner.det_decode
+            self._dbpool = ShmDBPool(self.post_processes, max(max(b) for b in self.page_buckets),
+                                     (dd.thresh, dd.box_thresh, dd.unclip_ratio,
+                                      dd.max_candidates, dd.min_size))
 
     def close(self) -> None:
         if self._dbpool is not None:
             self._dbpool.close()
             self._dbpool = None
 
+    # ------------------------------------------------------------------ host side
+    def decode_item(self, item: Any) -> list[GpuPage]:
+        """Decoder thread: host work only (read, sniff, CPU decode, pin). No device calls."""
+        t0 = time.perf_counter()
+        src = describe(item)
+        out: list[GpuPage] = []
+        try:
+            if self.gpu_decode:
+                data = _plain_jpeg(item)
+                if data is not None:
+                    p = GpuPage(0, src, 0, jpeg=data)
+                    p.timings["decode"] = time.perf_counter() - t0
+                    return [p]
+            for pg in self.decode(item):
+                out.append(self._host_page(pg))
+        except InputError as e:
+            out.append(GpuPage(0, e.source, 0, error=e.reason))
+        except Exception as e:
+            out.append(GpuPage(0, src, 0, error=f"cannot read ({type(e).__name__}: {e})"))
+        dt = (time.perf_counter() - t0) / max(len(out), 1)
+        for p in out:
+            p.timings["decode"] = dt
+        return out
+
+    def _host_page(self, pg: PageImage) -> GpuPage:
+        h, w = pg.image.shape[:2]
+        t = torch.from_numpy(np.ascontiguousarray(pg.image))
+        if self.cuda:
+            t = t.pin_memory()
+        return GpuPage(0, pg.source, pg.index, h, w, dpi=pg.dpi,
+                       rotation=getattr(pg, "rotation", 0), host=t)
+
+    # ------------------------------------------------------------------ run
     def run(self, items: Iterable[Any], options: ReadOptions | None = None) -> Iterator[Page]:
         """OCR every page of every input, in input order; bad inputs yield error pages."""
         with self._lock:
@@ -326,263 +391,104 @@ class GpuScheduler:
     def _run(self, items: Iterable[Any], options: ReadOptions | None) -> Iterator[Page]:
         s = self.runner.settings(options)
         s.det_limit = self.limit
-        if self.post_processes and self._dbpool is None:
-            from ocrforge.scheduling.db_workers import ShmDBPool
-
-            dd = self.runner.det_decode
-            self._dbpool = ShmDBPool(self.post_processes, max(max(b) for b in self.page_buckets),
-                                     (dd.thresh, dd.box_thresh, dd.unclip_ratio,
-                                      dd.max_candidates, dd.min_size))
+        self.ensure_db_pool()
         out_q: queue.Queue = queue.Queue(maxsize=self.max_inflight * 2)
         in_q: queue.Queue = queue.Queue(maxsize=self.max_inflight)
         stop = threading.Event()
         pool = ThreadPoolExecutor(self.post_workers, thread_name_prefix="ocrforge-gpu-post")
         decoders = ThreadPoolExecutor(max(2, self.post_workers // 2),
                                       thread_name_prefix="ocrforge-gpu-decode")
-
-        def producer() -> None:
-            seq = 0
-            window: deque[Future] = deque()
-            try:
-                for item in items:
-                    if stop.is_set():
-                        return
-                    window.append(decoders.submit(self._decode, item))
-                    while len(window) >= self.max_inflight // 2:
-                        for pg in window.popleft().result():
-                            pg.seq = seq
-                            seq += 1
-                            in_q.put(pg)
-                while window:
-                    for pg in window.popleft().result():
-                        pg.seq = seq
-                        seq += 1
-                        in_q.put(pg)
-            except BaseException as e:  # the items iterator itself failed
-                in_q.put(e)
-            finally:
-                in_q.put(_END)
-
         gpu_err: list[BaseException] = []
 
         def gpu() -> None:
             try:
-                with torch.inference_mode():
-                    self._gpu_loop(in_q, out_q, pool, stop, s)
+                with torch.inference_mode(), self.device_context():
+                    DriverLoop(self, s, in_q, out_q, pool, stop).run()
             except BaseException as e:
                 gpu_err.append(e)
             finally:
                 out_q.put(_END)
 
-        threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-gpu-producer"),
+        threads = [threading.Thread(target=self._produce, args=(items, decoders, in_q, stop),
+                                    daemon=True, name="ocrforge-gpu-producer"),
                    threading.Thread(target=gpu, daemon=True, name="ocrforge-gpu-driver")]
         for t in threads:
             t.start()
-        done: dict[int, Page] = {}
-        nxt = 0
         try:
-            while True:
-                got = out_q.get()
-                if got is _END:
-                    break
-                if isinstance(got, BaseException):
-                    raise got
-                seq, page = got
-                done[seq] = page
-                while nxt in done:
-                    yield done.pop(nxt)
-                    nxt += 1
-            if gpu_err:
-                raise gpu_err[0]
-            for k in sorted(done):
-                yield done[k]
+            yield from _in_order(out_q, gpu_err)
         finally:
             stop.set()
             for q in (in_q, out_q):
-                try:
-                    while True:
-                        q.get_nowait()
-                except queue.Empty:
-                    pass
+                _drain(q)
             for t in threads:
                 t.join(timeout=5)
             pool.shutdown(wait=True)
             decoders.shutdown(wait=True)
 
-    def _decode(self, item: Any) -> list[_Page]:
-        """Decoder thread: host work only (read, sniff, CPU decode, pin). No device calls."""
-        t0 = time.perf_counter()
-        src = describe(item)
-        out: list[_Page] = []
+    def _produce(self, items: Iterable[Any], decoders: ThreadPoolExecutor, in_q: queue.Queue,
+                 stop: threading.Event) -> None:
+        seq = 0
+        window: deque[Future] = deque()
+
+        def flush(keep: int) -> None:
+            nonlocal seq
+            while len(window) > keep:
+                for pg in window.popleft().result():
+                    pg.seq = seq
+                    seq += 1
+                    in_q.put(pg)
+
         try:
-            # page orientation looks at the host image, so it takes the CPU decoder
-            if self.gpu_decode and not self.engine.config.cls.page_orientation:
-                data = _plain_jpeg(item)
-                if data is not None:
-                    p = _Page(0, src, 0, jpeg=data)
-                    p.timings["decode"] = time.perf_counter() - t0
-                    return [p]
-            for pg in self.engine.decode(item):
-                out.append(self._host_page(self.runner.upright_pages([pg])[0]))
-        except InputError as e:
-            out.append(_Page(0, e.source, 0, error=e.reason))
-        except Exception as e:
-            out.append(_Page(0, src, 0, error=f"cannot read ({type(e).__name__}: {e})"))
-        dt = (time.perf_counter() - t0) / max(len(out), 1)
-        for p in out:
-            p.timings["decode"] = dt
-        return out
-
-    def _host_page(self, pg: PageImage) -> _Page:
-        h, w = pg.image.shape[:2]
-        t = torch.from_numpy(np.ascontiguousarray(pg.image))
-        if self.cuda:
-            t = t.pin_memory()
-        return _Page(0, pg.source, pg.index, h, w, dpi=pg.dpi,
-                     rotation=getattr(pg, "rotation", 0), host=t)
-
-    def _gpu_loop(self, in_q: queue.Queue, out_q: queue.Queue, pool: ThreadPoolExecutor,
-                  stop: threading.Event, s: Any) -> None:
-        dp = self.runner.det_prep
-        waiting: dict[tuple[int, int], list[_Page]] = {}
-        post: deque[Future] = deque()
-        rec_q: dict[int, list[tuple[_Page, int, torch.Tensor, int]]] = {}
-        rec_out: deque = deque()
-        n_waiting = 0  # pages waiting for detection
-        live = [0]  # pages taken in and not yet emitted
-        inputs_done = False
-        runner = self.runner
-        fallback = self.engine.config.rec.crop_fallback
-
-        def emit(p: _Page) -> None:
-            live[0] -= 1
-            p.img = None
-            if p.error is not None:
-                out_q.put((p.seq, Page([], 0, 0, source=p.source, page_index=p.index,
-                                       error=p.error)))
-                return
-            page = runner.assemble(p, p.quads, p.texts, [0] * len(p.quads), s, p.timings,
-                                   whole_image=p.whole)
-            self.stats.pages += 1
-            self.stats.lines += len(page.lines)
-            out_q.put((p.seq, page))
-
-        def launch_det(bucket: tuple[int, int], group: list[_Page]) -> None:
-            t0 = time.perf_counter()
-            res = self._with_oom_retry("det", lambda g: (g, *self._run_det(g, *bucket)), group)
-            for g, prob, bm, ev in res:
-                post.append(pool.submit(self._post, g, prob, bm, ev))
-            self.stats.det_batches += len(res)
-            self.stats.det_s += time.perf_counter() - t0
-
-        def launch_rec(wb: int, force: bool) -> None:
-            lst = rec_q.get(wb, [])
-            nb = self.rec_batch_for(wb)
-            while len(lst) >= nb or (force and lst):
-                t0 = time.perf_counter()
-                chunk, lst = lst[:nb], lst[nb:]
-                res = self._with_oom_retry("rec", self._rec_chunk, chunk, wb)
-                rec_out.extend(res)
-                self.stats.rec_batches += len(res)
-                self.stats.rec_s += time.perf_counter() - t0
-            rec_q[wb] = lst
-
-        def drain_rec(block: bool) -> None:
-            while rec_out and (block or rec_out[0][3] is None or rec_out[0][3].query()):
-                chunk, idx, conf, ev = rec_out.popleft()
-                if ev is not None:
-                    ev.synchronize()
-                texts = runner.ctc.collapse(idx.numpy(), conf.numpy())
-                for (p, li, _, _), tx in zip(chunk, texts, strict=True):
-                    p.texts[li] = tx
-                    p.pending -= 1
-                    if p.pending == 0:
-                        emit(p)
-
-        def admit(batch: list[_Page]) -> None:
-            nonlocal n_waiting
-            t0 = time.perf_counter()
-            jpegs = [p for p in batch if p.jpeg is not None]
-            if jpegs:
-                self._decode_jpegs(jpegs)
-            for p in batch:
-                if p.error is None:
-                    self._upload(p)
-            self.stats.decode_s += time.perf_counter() - t0
-            for p in batch:
-                if p.error is not None:
-                    emit(p)
-                    continue
-                p.rh, p.rw = dp.shape(p.h, p.w, self.limit)
-                waiting.setdefault(self.page_bucket(p.rh, p.rw), []).append(p)
-                n_waiting += 1
-
-        while not stop.is_set():
-            # 1. take new pages (block only when nothing else is in flight)
-            busy = bool(post or rec_out or any(rec_q.values()) or n_waiting)
-            progress = False
-            taken: list[_Page] = []
-            while not inputs_done and live[0] < self.max_inflight:
-                try:
-                    got = in_q.get(timeout=0.05) if not (busy or taken) else in_q.get_nowait()
-                except queue.Empty:
-                    break
-                if got is _END:
-                    inputs_done = True
-                    break
-                if isinstance(got, BaseException):
-                    raise got
-                live[0] += 1
-                taken.append(got)
-            if taken:
-                admit(taken)
-                progress = True
-            # 2. detection on full buckets (all buckets once the input is exhausted or idle)
-            for b in list(waiting):
-                g = waiting[b]
-                nb = self.det_batch_for(b)
-                while len(g) >= nb or (g and (inputs_done or len(post) == 0)):
-                    chunk, g = g[:nb], g[nb:]
-                    n_waiting -= len(chunk)
-                    launch_det(b, chunk)
-                    progress = True
-                waiting[b] = g
-            # 3. finished contour jobs -> crops on the device -> rec queues
-            while post and (post[0].done() or (not rec_out and not n_waiting)):
-                progress = True
-                for p in post.popleft().result():
-                    if fallback and looks_like_crop(p.h, p.w, len(p.quads)):
-                        p.quads.append(np.array([[0, 0], [p.w, 0], [p.w, p.h], [0, p.h]], np.float32))
-                        p.whole = True
-                    if not p.quads:
-                        emit(p)
-                        continue
-                    t0 = time.perf_counter()
-                    p.texts = [None] * len(p.quads)
-                    p.pending = len(p.quads)
-                    crops, rows = crop_lines_torch(p.img, np.stack(p.quads), runner.rec_prep,
-                                                   self.rec.dtype)
-                    for li, wb, row in rows:
-                        rec_q.setdefault(wb, []).append((p, li, crops, row))
-                    p.img = None
-                    self.stats.crop_s += time.perf_counter() - t0
-                for wb in list(rec_q):
-                    launch_rec(wb, force=False)
-            # 4. flush partial rec batches when nothing else will fill them soon
-            if not post and not n_waiting:
-                for wb in list(rec_q):
-                    if rec_q[wb]:
-                        launch_rec(wb, force=True)
-                        progress = True
-            before = len(rec_out)
-            drain_rec(block=False)
-            progress = progress or len(rec_out) != before
-            if inputs_done and not post and not n_waiting and not any(rec_q.values()):
-                drain_rec(block=True)
-                if not rec_out:
+            for item in items:
+                if stop.is_set():
                     return
-            if not progress:
-                time.sleep(0.0002)  # waiting on the GPU or the CPU workers; leave them the GIL
+                window.append(decoders.submit(self.decode_item, item))
+                flush(self.max_inflight // 2 - 1)
+            flush(0)
+        except BaseException as e:  # the items iterator itself failed
+            in_q.put(e)
+        finally:
+            in_q.put(_END)
+
+
+def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page]:
+    done: dict[int, Page] = {}
+    nxt = 0
+    while True:
+        got = out_q.get()
+        if got is _END:
+            break
+        if isinstance(got, BaseException):
+            raise got
+        seq, page = got
+        done[seq] = page
+        while nxt in done:
+            yield done.pop(nxt)
+            nxt += 1
+    if gpu_err:
+        raise gpu_err[0]
+    for k in sorted(done):
+        yield done[k]
+
+
+def _drain(q: queue.Queue) -> None:
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass
+
+
+def _post_processes(configured: int | None, cuda: bool) -> int:
+    if configured is not None:
+        return configured
+    # ~100 pages/s per process for document pages (benchmarks/gpu_host_costs.py); leave a few
+    # cores to the GPU driver thread and the decoders
+    return min(12, max(1, (os.cpu_count() or 2) - 4)) if cuda else 0
+
+
+def _pow2_upto(n: int) -> list[int]:
+    return [1 << k for k in range((max(n, 1) - 1).bit_length() + 1)]
 
 
 def _has_nvjpeg() -> bool:

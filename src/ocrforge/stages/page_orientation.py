@@ -13,6 +13,8 @@ counter-clockwise is labelled 270); ``upright`` turns it back.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cv2
 import numpy as np
 
@@ -29,6 +31,7 @@ _MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 _STD = np.array([0.229, 0.224, 0.225], np.float32)
 # cv2.rotate code that undoes a page turned clockwise by the angle
 _UNDO = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
+_ROT90_K = {90: 1, 180: 2, 270: 3}  # torch.rot90 turns (dims 1 -> 2) that do the same
 
 
 def applies(h: int, w: int, min_side: int = 64, max_aspect: float = 4.0) -> bool:
@@ -53,6 +56,39 @@ def prepare(images: list[np.ndarray]) -> np.ndarray:
         crop = small[top : top + SIZE, left : left + SIZE, ::-1].astype(np.float32) / 255.0
         out[i] = ((crop - _MEAN) / _STD).transpose(2, 0, 1)
     return out
+
+
+def prepare_torch(img: Any) -> Any:
+    """Device-side twin of ``prepare`` for one 3 x H x W uint8 BGR page tensor: 3 x 224 x 224
+    float32 (short side 256 by area averaging, centre crop, RGB, ImageNet normalisation).
+    Area averaging straight from full size (no pyrDown steps): the probabilities differ from
+    the CPU's by a little, and the decisions on the rotated dev set agree (docs/ACCURACY.md)."""
+    import torch
+    import torch.nn.functional as F
+
+    _, h, w = img.shape
+    s = SHORT / min(h, w)
+    rw, rh = max(SIZE, round(w * s)), max(SIZE, round(h * s))
+    x = img.flip(0).unsqueeze(0).float()  # BGR -> RGB
+    if (rh, rw) != (h, w):
+        x = F.interpolate(x, size=(rh, rw), mode="area" if s < 1 else "bilinear",
+                          **({} if s < 1 else {"align_corners": False}))
+    top, left = (rh - SIZE) // 2, (rw - SIZE) // 2
+    x = x[0, :, top : top + SIZE, left : left + SIZE] / 255.0
+    mean = torch.tensor(_MEAN, device=x.device).view(3, 1, 1)
+    std = torch.tensor(_STD, device=x.device).view(3, 1, 1)
+    return (x - mean) / std
+
+
+def upright_torch(img: Any, angle: int) -> Any:
+    """Device-side twin of ``upright`` for a 3 x H x W tensor (a contiguous copy)."""
+    import torch
+
+    if angle == 0:
+        return img
+    # a page turned clockwise by 90 is turned back counter-clockwise: rot90 from the row axis
+    # towards the column axis is counter-clockwise on screen; k turns of 90
+    return torch.rot90(img, k=_ROT90_K[angle], dims=(1, 2)).contiguous()
 
 
 def decide(probs: np.ndarray, thresh: float) -> list[int]:

@@ -1,0 +1,252 @@
+"""The GPU driver thread's loop: the one thread that issues device work for a GpuScheduler run.
+
+Each pass takes what is ready and moves it one step, never waiting on the GPU while something
+else can be done:
+
+    take        new pages from the decoders (blocks only when nothing is in flight)
+    admit       nvJPEG decode / upload; page orientation launched for pages that need it
+    orient      decisions whose copy-back is done: turned pages rotated on the device,
+                every page placed in its detection bucket
+    detect      full buckets (all buckets once the input is exhausted or the CPU is idle)
+    boxes       finished contour jobs -> line crops on the device -> width-bucket queues
+    recognize   full width buckets (all of them when nothing else will fill them soon)
+    drain       finished recognitions -> texts; a page whose last line is read is emitted
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ocrforge.core import Settings, looks_like_crop
+from ocrforge.result import Page
+from ocrforge.stages import page_orientation as po
+from ocrforge.stages.crop import crop_lines_torch
+
+if TYPE_CHECKING:
+    from ocrforge.scheduling.gpu import GpuPage, GpuScheduler
+
+END = object()  # the end of a queue (inputs, results)
+
+
+class DriverLoop:
+    def __init__(self, sch: GpuScheduler, s: Settings, in_q: queue.Queue, out_q: queue.Queue,
+                 pool: ThreadPoolExecutor, stop: threading.Event):
+        self.sch = sch
+        self.runner = sch.runner
+        self.stats = sch.stats
+        self.s = s
+        self.in_q, self.out_q, self.pool, self.stop = in_q, out_q, pool, stop
+        self.waiting: dict[tuple[int, int], list[GpuPage]] = {}  # pages waiting for detection
+        self.n_waiting = 0
+        self.orienting: deque[tuple[list[GpuPage], torch.Tensor, Any]] = deque()
+        self.post: deque[Future] = deque()  # contour jobs
+        self.rec_q: dict[int, list[tuple[GpuPage, int, torch.Tensor, int]]] = {}
+        self.rec_out: deque = deque()
+        self.live = 0  # pages taken in and not yet emitted
+        self.inputs_done = False
+        self.orient = sch.orient_runtime() is not None
+        self.fallback = self.runner.config.rec.crop_fallback
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            progress = self.take()
+            progress |= self.finish_orient()
+            progress |= self.launch_det()
+            progress |= self.finish_boxes()
+            progress |= self.flush_rec()
+            progress |= self.drain_rec(block=False)
+            if self.finished():
+                return
+            if not progress:
+                time.sleep(0.0002)  # waiting on the GPU or the CPU workers; leave them the GIL
+
+    # ------------------------------------------------------------------ state
+    def busy(self) -> bool:
+        return bool(self.post or self.rec_out or self.orienting or self.n_waiting
+                    or any(self.rec_q.values()))
+
+    def finished(self) -> bool:
+        if not self.inputs_done or self.post or self.n_waiting or self.orienting \
+                or any(self.rec_q.values()):
+            return False
+        self.drain_rec(block=True)
+        return not self.rec_out
+
+    def emit(self, p: GpuPage) -> None:
+        self.live -= 1
+        p.img = None
+        if p.error is not None:
+            self.out_q.put((p.seq, Page([], 0, 0, source=p.source, page_index=p.index,
+                                        error=p.error)))
+            return
+        page = self.runner.assemble(p, p.quads, p.texts, [0] * len(p.quads), self.s, p.timings,
+                                    whole_image=p.whole)
+        self.stats.pages += 1
+        self.stats.lines += len(page.lines)
+        self.out_q.put((p.seq, page))
+
+    # ------------------------------------------------------------------ steps
+    def take(self) -> bool:
+        taken: list[GpuPage] = []
+        busy = self.busy()
+        while not self.inputs_done and self.live < self.sch.max_inflight:
+            try:
+                got = self.in_q.get(timeout=0.05) if not (busy or taken) else self.in_q.get_nowait()
+            except queue.Empty:
+                break
+            if got is END:
+                self.inputs_done = True
+                break
+            if isinstance(got, BaseException):
+                raise got
+            self.live += 1
+            taken.append(got)
+        if taken:
+            self.admit(taken)
+        return bool(taken)
+
+    def admit(self, batch: list[GpuPage]) -> None:
+        sch = self.sch
+        t0 = time.perf_counter()
+        jpegs = [p for p in batch if p.jpeg is not None]
+        if jpegs:
+            sch.decode_jpegs(jpegs)
+        for p in batch:
+            if p.error is None:
+                sch.upload(p)
+        self.stats.decode_s += time.perf_counter() - t0
+        todo = []
+        for p in batch:
+            if p.error is not None:
+                self.emit(p)
+            elif self.orient and p.rotation == 0 and po.applies(p.h, p.w):
+                todo.append(p)
+            else:
+                self.place(p)
+        t0 = time.perf_counter()
+        for i in range(0, len(todo), sch.orient_batch):
+            chunk = todo[i : i + sch.orient_batch]
+            for g, probs, ev in sch.with_oom_retry("orient", lambda g: (g, *sch.run_orient(g)), chunk):
+                self.orienting.append((g, probs, ev))
+                self.stats.orient_batches += 1
+        self.stats.orient_s += time.perf_counter() - t0
+
+    def place(self, p: GpuPage) -> None:
+        p.rh, p.rw = self.runner.det_prep.shape(p.h, p.w, self.sch.limit)
+        self.waiting.setdefault(self.sch.page_bucket(p.rh, p.rw), []).append(p)
+        self.n_waiting += 1
+
+    def finish_orient(self) -> bool:
+        """Decisions whose copy is done (or any, when nothing else is in flight)."""
+        moved = False
+        while self.orienting:
+            pages, probs, ev = self.orienting[0]
+            idle = not (self.post or self.rec_out or self.n_waiting)
+            if ev is not None and not idle and not ev.query():
+                break
+            self.orienting.popleft()
+            t0 = time.perf_counter()
+            if ev is not None:
+                ev.synchronize()
+            for p, angle in zip(pages, po.decide(probs.numpy(), po.THRESH), strict=True):
+                if angle:
+                    p.img = po.upright_torch(p.img, angle)
+                    p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])
+                    p.rotation = angle
+                    self.stats.pages_turned += 1
+                self.place(p)
+            self.stats.orient_s += time.perf_counter() - t0
+            moved = True
+        return moved
+
+    def launch_det(self) -> bool:
+        launched = False
+        for b in list(self.waiting):
+            g = self.waiting[b]
+            nb = self.sch.det_batch_for(b)
+            while len(g) >= nb or (g and (self.inputs_done or not self.post)):
+                chunk, g = g[:nb], g[nb:]
+                self.n_waiting -= len(chunk)
+                t0 = time.perf_counter()
+                res = self.sch.with_oom_retry("det", lambda c, b=b: (c, *self.sch.run_det(c, *b)), chunk)
+                for c, prob, bm, ev in res:
+                    self.post.append(self.pool.submit(self.sch.post, c, prob, bm, ev))
+                self.stats.det_batches += len(res)
+                self.stats.det_s += time.perf_counter() - t0
+                launched = True
+            self.waiting[b] = g
+        return launched
+
+    def finish_boxes(self) -> bool:
+        """Finished contour jobs -> crops on the device -> rec queues."""
+        moved = False
+        while self.post and (self.post[0].done() or (not self.rec_out and not self.n_waiting)):
+            moved = True
+            for p in self.post.popleft().result():
+                self._crop(p)
+            for wb in list(self.rec_q):
+                self.launch_rec(wb, force=False)
+        return moved
+
+    def _crop(self, p: GpuPage) -> None:
+        if self.fallback and looks_like_crop(p.h, p.w, len(p.quads)):
+            p.quads.append(np.array([[0, 0], [p.w, 0], [p.w, p.h], [0, p.h]], np.float32))
+            p.whole = True
+        if not p.quads:
+            self.emit(p)
+            return
+        t0 = time.perf_counter()
+        p.texts = [None] * len(p.quads)
+        p.pending = len(p.quads)
+        crops, rows = crop_lines_torch(p.img, np.stack(p.quads), self.runner.rec_prep,
+                                       self.sch.rec.dtype)
+        for li, wb, row in rows:
+            self.rec_q.setdefault(wb, []).append((p, li, crops, row))
+        p.img = None
+        self.stats.crop_s += time.perf_counter() - t0
+
+    def launch_rec(self, wb: int, force: bool) -> None:
+        lst = self.rec_q.get(wb, [])
+        nb = self.sch.rec_batch_for(wb)
+        while len(lst) >= nb or (force and lst):
+            t0 = time.perf_counter()
+            chunk, lst = lst[:nb], lst[nb:]
+            res = self.sch.with_oom_retry("rec", self.sch.rec_chunk, chunk, wb)
+            self.rec_out.extend(res)
+            self.stats.rec_batches += len(res)
+            self.stats.rec_s += time.perf_counter() - t0
+        self.rec_q[wb] = lst
+
+    def flush_rec(self) -> bool:
+        """Partial rec batches, when nothing else will fill them soon."""
+        if self.post or self.n_waiting or self.orienting:
+            return False
+        flushed = False
+        for wb in list(self.rec_q):
+            if self.rec_q[wb]:
+                self.launch_rec(wb, force=True)
+                flushed = True
+        return flushed
+
+    def drain_rec(self, block: bool) -> bool:
+        drained = False
+        while self.rec_out and (block or self.rec_out[0][3] is None or self.rec_out[0][3].query()):
+            chunk, idx, conf, ev = self.rec_out.popleft()
+            if ev is not None:
+                ev.synchronize()
+            texts = self.runner.ctc.collapse(idx.numpy(), conf.numpy())
+            for (p, li, _, _), tx in zip(chunk, texts, strict=True):
+                p.texts[li] = tx
+                p.pending -= 1
+                if p.pending == 0:
+                    self.emit(p)
+            drained = True
+        return drained
