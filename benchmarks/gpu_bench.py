@@ -623,8 +623,10 @@ def main() -> None:
             if s == "peaks":
                 sec_peaks()
             elif s == "stage":
+                alias = {"fp16g": "eager + CUDA graphs FP16", "fp16cg": "compiled + CUDA graphs FP16"}
+                names = [alias.get(n, n) for n in ARGS.stage_configs.split(";")]
                 cf = STAGE_CONFIGS if ARGS.stage_configs == "all" else [
-                    c for c in STAGE_CONFIGS if c[0] in ARGS.stage_configs.split(";")]
+                    c for c in STAGE_CONFIGS if c[0] in names]
                 sec_stage(models, cf, tuple(int(b) for b in ARGS.det_batches.split(",")),
                           tuple(int(b) for b in ARGS.rec_batches.split(",")), ARGS.iters)
             elif s == "e2e":
