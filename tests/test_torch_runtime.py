@@ -203,14 +203,22 @@ def test_gpu_read_many_uses_gpu_scheduler(pages):
 
 def test_gpu_scheduler_turns_rotated_pages_like_the_runner(pages, torch_cpu_engine):
     """Page orientation (on by default) means the same on the GPU path as on the CPU runner:
-    a page given at 90 degrees comes back upright, with the same rotation and text."""
+    pages given at 90/180/270 degrees come back upright, with the same rotation and text; the
+    scheduler classifies them with the native network on its device (not on the host)."""
     import cv2
 
+    from ocrforge.runtimes.torch import TorchRuntime
     from ocrforge.scheduling.gpu import GpuScheduler
 
-    turned = np.ascontiguousarray(cv2.rotate(pages[0], cv2.ROTATE_90_CLOCKWISE))
-    ref = torch_cpu_engine.read(turned)
-    got = list(GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode).run([turned]))[0]
-    assert ref.rotation == got.rotation != 0
-    assert [ln.text.replace(" ", "") for ln in got.lines] == \
-        [ln.text.replace(" ", "") for ln in ref.lines]
+    codes = (cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180, cv2.ROTATE_90_COUNTERCLOCKWISE)
+    turned = [np.ascontiguousarray(cv2.rotate(pages[0], c)) for c in codes]
+    refs = [torch_cpu_engine.read(t) for t in turned]
+    sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+    got = list(sch.run([pages[0], *turned]))
+    assert [g.rotation for g in got] == [0, 90, 180, 270] == [0, *(r.rotation for r in refs)]
+    assert isinstance(sch.orient_runtime(), TorchRuntime) and sch.stats.pages_turned == 3
+    assert sch.stats.orient_batches >= 1
+    for ref, g in zip(refs, got[1:], strict=True):
+        assert (g.width, g.height) == (ref.width, ref.height)
+        assert [ln.text.replace(" ", "") for ln in g.lines] == \
+            [ln.text.replace(" ", "") for ln in ref.lines]

@@ -60,24 +60,55 @@ def prepare(images: list[np.ndarray]) -> np.ndarray:
 
 def prepare_torch(img: Any) -> Any:
     """Device-side twin of ``prepare`` for one 3 x H x W uint8 BGR page tensor: 3 x 224 x 224
-    float32 (short side 256 by area averaging, centre crop, RGB, ImageNet normalisation).
-    Area averaging straight from full size (no pyrDown steps): the probabilities differ from
-    the CPU's by a little, and the decisions on the rotated dev set agree (docs/ACCURACY.md)."""
+    float32, by the same steps (pyrDown halvings, area or linear resize, each rounded to uint8
+    as OpenCV's are, centre crop, RGB, ImageNet normalisation). Decisions agree with the host's
+    on the turned dev set (benchmarks/orientation_parity.py, docs/ACCURACY.md)."""
     import torch
     import torch.nn.functional as F
 
-    _, h, w = img.shape
+    x = img.unsqueeze(0).float()
+    while min(x.shape[2:]) >= 4 * SHORT:
+        x = _pyr_down(x)
+    h, w = x.shape[2:]
     s = SHORT / min(h, w)
     rw, rh = max(SIZE, round(w * s)), max(SIZE, round(h * s))
-    x = img.flip(0).unsqueeze(0).float()  # BGR -> RGB
     if (rh, rw) != (h, w):
-        x = F.interpolate(x, size=(rh, rw), mode="area" if s < 1 else "bilinear",
-                          **({} if s < 1 else {"align_corners": False}))
+        if s < 1:
+            x = torch.einsum("oh,nchw,pw->ncop", _area_weights(h, rh, x), x, _area_weights(w, rw, x))
+        else:
+            x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False)
+        x = x.round_()
     top, left = (rh - SIZE) // 2, (rw - SIZE) // 2
-    x = x[0, :, top : top + SIZE, left : left + SIZE] / 255.0
+    x = x[0, :, top : top + SIZE, left : left + SIZE].flip(0) / 255.0  # BGR -> RGB
     mean = torch.tensor(_MEAN, device=x.device).view(3, 1, 1)
     std = torch.tensor(_STD, device=x.device).view(3, 1, 1)
     return (x - mean) / std
+
+
+def _area_weights(n_in: int, n_out: int, like: Any) -> Any:
+    """cv2.INTER_AREA as a matrix (n_out x n_in) for a downscale: each output pixel averages
+    the source interval it covers, partial pixels weighted by their overlap."""
+    import torch
+
+    sc = n_in / n_out
+    lo = torch.arange(n_out, dtype=torch.float64, device=like.device)[:, None] * sc
+    j = torch.arange(n_in, dtype=torch.float64, device=like.device)[None, :]
+    overlap = (torch.minimum(lo + sc, j + 1) - torch.maximum(lo, j)).clamp_(min=0)
+    return (overlap / sc).to(like.dtype)
+
+
+def _pyr_down(x: Any) -> Any:
+    """cv2.pyrDown on an N x C x H x W float tensor: 5-tap Gaussian (1 4 6 4 1)/16 each way,
+    reflect-101 borders, every second pixel, rounded to uint8 values."""
+    import torch
+    import torch.nn.functional as F
+
+    c = x.shape[1]
+    k1 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0], device=x.device) / 16.0
+    k = (k1[:, None] * k1[None, :]).expand(c, 1, 5, 5)
+    y = F.conv2d(F.pad(x, (2, 2, 2, 2), mode="reflect"), k, stride=2, groups=c)
+    oh, ow = (x.shape[2] + 1) // 2, (x.shape[3] + 1) // 2
+    return y[:, :, :oh, :ow].round_()
 
 
 def upright_torch(img: Any, angle: int) -> Any:
