@@ -45,6 +45,23 @@ SCRIPT = textwrap.dedent("""
     print("done", flush=True)
 """)
 
+GPU_SCHEDULER = textwrap.dedent("""
+    import sys, threading
+    import torch
+    from ocrforge import OCR
+
+    torch.set_num_threads(1)
+    paths = sys.argv[1:]
+    sched = OCR(runtime="torch", device="cpu", **{"gpu.warmup": False}).gpu_scheduler()
+    for page in sched.run(paths):
+        break
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("ocrforge-gpu-")]
+    assert not alive, f"after break: {alive}"
+    it = sched.run(paths * 3)                  # interpreter exit, generator suspended
+    next(it)
+    print("done", flush=True)
+""")
+
 CTRL_C = textwrap.dedent("""
     import sys
     from ocrforge import OCR
@@ -93,6 +110,18 @@ def test_leaving_read_many_early_exits_cleanly(five, cpu_load, tmp_path):
         assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-3000:]}"
         assert "done" in r.stdout
         assert "terminate called" not in r.stderr
+
+
+def test_gpu_scheduler_left_early_exits_cleanly(five, cpu_load, tmp_path):
+    """The GPU scheduler's generator has the same shape; its code runs on the CPU here."""
+    pytest.importorskip("torch")
+    script = tmp_path / "gpu.py"
+    script.write_text(GPU_SCHEDULER)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, str(script), *five], capture_output=True, text=True,
+                           env=_env(), timeout=300)
+        assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-3000:]}"
+        assert "done" in r.stdout and "terminate called" not in r.stderr
 
 
 def test_ctrl_c_in_read_many_stops_cleanly(five, cpu_load, tmp_path):

@@ -40,6 +40,7 @@ from ocrforge.core import looks_like_crop
 from ocrforge.io.inputs import InputError, PageImage, describe
 from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
+from ocrforge.scheduling.threads import Workers
 from ocrforge.stages.crop import crop_lines_torch
 from ocrforge.stages.detect import DetInput
 from ocrforge.stages.recognize import ctc_head_torch
@@ -333,9 +334,10 @@ class GpuScheduler:
             self._dbpool = ShmDBPool(self.post_processes, max(max(b) for b in self.page_buckets),
                                      (dd.thresh, dd.box_thresh, dd.unclip_ratio,
                                       dd.max_candidates, dd.min_size))
-        out_q: queue.Queue = queue.Queue(maxsize=self.max_inflight * 2)
-        in_q: queue.Queue = queue.Queue(maxsize=self.max_inflight)
-        stop = threading.Event()
+        w = Workers("ocrforge-gpu")  # closing the run stops and joins its threads (threads.py)
+        out_q = w.queue(self.max_inflight * 2)
+        in_q = w.queue(self.max_inflight)
+        stop = w.stop
         pool = ThreadPoolExecutor(self.post_workers, thread_name_prefix="ocrforge-gpu-post")
         decoders = ThreadPoolExecutor(max(2, self.post_workers // 2),
                                       thread_name_prefix="ocrforge-gpu-decode")
@@ -374,10 +376,8 @@ class GpuScheduler:
             finally:
                 out_q.put(_END)
 
-        threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-gpu-producer"),
-                   threading.Thread(target=gpu, daemon=True, name="ocrforge-gpu-driver")]
-        for t in threads:
-            t.start()
+        w.start("producer", producer)
+        w.start("driver", gpu)
         done: dict[int, Page] = {}
         nxt = 0
         try:
@@ -397,15 +397,7 @@ class GpuScheduler:
             for k in sorted(done):
                 yield done[k]
         finally:
-            stop.set()
-            for q in (in_q, out_q):
-                try:
-                    while True:
-                        q.get_nowait()
-                except queue.Empty:
-                    pass
-            for t in threads:
-                t.join(timeout=5)
+            w.close()
             pool.shutdown(wait=True)
             decoders.shutdown(wait=True)
 
