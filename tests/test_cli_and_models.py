@@ -58,7 +58,7 @@ def test_read_into_output_folder(folder, tmp_path):
     outdir.mkdir()
     rc = main(["read", str(folder / "a.png"), str(folder / "doc.pdf"), "-o", str(outdir), "--no-progress"])
     assert rc == 0
-    assert sorted(p.name for p in outdir.iterdir()) == ["a.txt", "doc.p2.txt", "doc.txt"]
+    assert sorted(p.name for p in outdir.iterdir()) == ["a.txt", "doc.p1.txt", "doc.p2.txt"]  # page numbers only on multi-page inputs
 
 
 def test_models_command_lists_every_set(capsys):

@@ -45,7 +45,9 @@ def test_names_mirror_the_input_tree(tmp_path):
     names = {relative_name(str(tmp_path / f), root) for f in ("a/x.png", "b/x.png", "b/x.jpg")}
     assert names == {"a/x.png", "b/x.png", "b/x.jpg"}
     assert input_root([str(tmp_path / "a")]) == tmp_path / "a"  # a folder is its own root
-    assert [page_name("b/doc.pdf", i) for i in range(3)] == ["b/doc.pdf", "b/doc.pdf.p2", "b/doc.pdf.p3"]
+    assert [page_name("b/doc.pdf", i, 3) for i in range(3)] == ["b/doc.pdf.p1", "b/doc.pdf.p2",
+                                                                "b/doc.pdf.p3"]
+    assert page_name("b/x.png", 0, 1) == "b/x.png"
 
 
 def test_config_hash_ignores_threads_but_not_models():
@@ -80,7 +82,7 @@ def test_batch_writes_pages_reports_errors_and_resumes(small_tree, tmp_path, cap
     assert "left/broken.png" in err and "corrupt" in err
     got = read_outputs(out)
     assert sorted(got) == sorted(
-        [f"{n}.{ext}" for n in ("book.pdf", "book.pdf.p2", "book.pdf.p3", "left/img000.png",
+        [f"{n}.{ext}" for n in ("book.pdf.p1", "book.pdf.p2", "book.pdf.p3", "left/img000.png",
                                 "left/img001.png", "right/img000.png", "right/img001.png")
          for ext in ("json", "txt")])
     assert "Book page 2" in got["book.pdf.p2.txt"].decode()

@@ -68,7 +68,7 @@ def test_two_nodes_give_the_local_result_and_resume(cluster, job200, config, tmp
     assert read_outputs(out) == read_outputs(local)
     assert set(done_records(out).values()) == {1}
     # the same job again reads nothing; a lost output file is read again
-    (out / "book.pdf.p77.json").unlink()
+    (out / "book.pdf.p077.json").unlink()
     s = read_dataset([src], out, num_actors=2, config=config, progress=False,
                      actor_options=ON_OCR_NODES)
     assert (s.pages_read, s.pages_skipped) == (1, 199)

@@ -38,8 +38,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--runtime", choices=["onnxruntime", "torch"],
                    help=f"default {d.runtime.backend}; torch needs pip install 'ocrforge[torch]'")
     g.add_argument("--device", help=f"cpu, cuda, cuda:N (default {d.runtime.device})")
-    g.add_argument("--precision", help=f"fp32, fp16, bf16 (torch), int8 (onnxruntime): all networks "
-                   f"(default {d.det.precision}; int8/fp16 artifacts come from `ocrforge build`)")
+    g.add_argument("--precision", help="all networks: fp32; fp16, int8, int8-dynamic (onnxruntime); "
+                   f"fp16, bf16 (torch) (default {d.det.precision}; ONNX Runtime fp16/int8 "
+                   "artifacts come from `ocrforge build`)")
     g.add_argument("--providers", help="ONNX Runtime providers, comma separated: tensorrt,cuda,cpu "
                    f"(default {','.join(d.runtime.providers)})")
     g.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (0 = all cores, "
@@ -104,7 +105,7 @@ def engine_config_from_args(args: argparse.Namespace):
     if cfg.runtime.backend == "torch":
         from ocrforge.extras import require
 
-        require("--runtime torch", ["torch", "onnx"])
+        require("--runtime torch", ["torch", "onnx"], extra="torch")
     return cfg
 
 

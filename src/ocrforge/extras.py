@@ -46,15 +46,16 @@ def missing(modules: Iterable[str]) -> list[str]:
     return [m for m in modules if not installed(m)]
 
 
-def install_hint(modules: Iterable[str]) -> str:
-    extras = sorted({MODULES[m][0] for m in modules})
+def install_hint(modules: Iterable[str], extra: str | None = None) -> str:
+    extras = [extra] if extra else sorted({MODULES[m][0] for m in modules})
     return f"pip install 'ocrforge[{','.join(extras)}]'"
 
 
-def require(what: str, modules: Iterable[str]) -> None:
-    """Raise MissingExtra naming the extras when any of ``modules`` is not installed."""
+def require(what: str, modules: Iterable[str], extra: str | None = None) -> None:
+    """Raise MissingExtra naming the extras when any of ``modules`` is not installed; ``extra``:
+    the one extra that brings them all (torch brings onnx too: ``ocrforge[torch]``)."""
     gone = missing(modules)
     if not gone:
         return
-    parts = [f"{m} (extra '{MODULES[m][0]}')" for m in gone]
-    raise MissingExtra(f"{what} needs {', '.join(parts)}, not installed: {install_hint(gone)}")
+    parts = [f"{m} (extra '{extra or MODULES[m][0]}')" for m in gone]
+    raise MissingExtra(f"{what} needs {', '.join(parts)}, not installed: {install_hint(gone, extra)}")

@@ -13,8 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "batch", help="resumable OCR of many files into a folder (one JSON + text per page)",
         description="OCR images, folders and PDFs into OUTDIR: one <input>[.pN].json and .txt "
-        "per page, mirroring the input tree, plus OUTDIR/manifest.jsonl. Run it again after an "
-        "interruption and it skips the pages that are done (same input bytes, same config).")
+        "per page (N zero-padded to the page count's digits, only on multi-page inputs), "
+        "mirroring the input tree, plus OUTDIR/manifest.jsonl. Run it again after an interruption "
+        "and it skips the pages that are done (same input bytes, same config).")
     p.add_argument("inputs", nargs="+", metavar="SRC", help="image files, folders, PDFs")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder")
     p.add_argument("--dpi", type=int, help="PDF render resolution (default 200)")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ocrforge.cli import add_engine_options, engine_config_from_args
 from ocrforge.io.exporters import EXPORTERS, export
@@ -89,33 +91,81 @@ def output_names(files: list[str], roots: list[str]) -> dict[str, Path]:
 class _Outputs:
     """Where each page goes in an output folder; a name is never used twice in one run."""
 
-    def __init__(self, out_dir: Path, names: dict[str, Path], ext: str):
+    def __init__(self, out_dir: Path, names: dict[str, Path], ext: str,
+                 pages: dict[str, int] | None = None):
         self.out_dir = out_dir
         self.names = names
         self.ext = ext
+        self.pages = pages or {}  # input -> page count (page numbers are padded to its digits)
         self.used: set[Path] = set()
         self.taken_stems = {n.as_posix() for n in names.values()}
 
+    def document_path(self, item: str) -> Path:
+        return self.out_dir / (self.names[item].as_posix() + self.ext)
+
     def document(self, item: str) -> Path:
         """The one output file of a whole input (multi-page formats)."""
-        path = self.out_dir / (self.names[item].as_posix() + self.ext)
+        path = self.document_path(item)
         self.used.add(path)
         return path
 
     def path(self, item: str, page_index: int) -> Path:
-        base = self.names[item]
-        name = base.as_posix()
-        if page_index:
-            cand = f"{name}.p{page_index + 1}"
+        from ocrforge.jobs.naming import page_suffix
+
+        name = self.names[item].as_posix()
+        suffix = page_suffix(page_index, self.pages.get(item, 1))
+        if suffix:
             # "doc.pdf" page 2 vs an input named "doc.p2.png": keep the first one's extension
-            if cand in self.taken_stems:
-                cand = f"{name}{Path(item).suffix}.p{page_index + 1}"
-            name = cand
+            name = (f"{name}{suffix}" if f"{name}{suffix}" not in self.taken_stems
+                    else f"{name}{Path(item).suffix}{suffix}")
         path = self.out_dir / (name + self.ext)
         if path in self.used:
             raise FileExistsError(f"output {path} would be written twice in this run")
         self.used.add(path)
         return path
+
+
+def _count_inputs(files: list[str], pages: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Page counts of the input files from their headers, and the InputError of each input that
+    cannot be read (missing, empty, not an image or PDF): checked before any model is loaded.
+    stdin is in neither (it can be read only once)."""
+    from ocrforge.io.inputs import InputError, count_pages
+
+    counts: dict[str, Any] = {}
+    bad: dict[str, Any] = {}
+    for f in files:
+        if f == STDIN:
+            continue
+        try:
+            counts[f] = count_pages(f, pages=pages)
+        except InputError as e:
+            bad[f] = e
+    return counts, bad
+
+
+def _overwritten_input(files: list[str], args: argparse.Namespace, outputs: _Outputs | None,
+                       multi_page: bool) -> str | None:
+    """The output path that would overwrite one of the inputs, if any (checked before OCR)."""
+    inputs = {Path(f).resolve() for f in files if f != STDIN}
+    if outputs is None:
+        targets = [Path(args.output)] if args.output else []
+    else:
+        targets = [outputs.document_path(f) for f in files if multi_page and f != STDIN]
+    return next((str(t) for t in targets if t.resolve() in inputs), None)
+
+
+def _pages(cfg: Any, files: list[str], bad: dict[str, Any]) -> Iterator[Any]:
+    """Pages of every input in order; when no input can be read, their error pages, without
+    loading any model."""
+    if bad and len(bad) == len(files):
+        from ocrforge.result import Page
+
+        for f in files:
+            yield Page([], 0, 0, source=f, error=bad[f].reason)
+        return
+    from ocrforge.engine import OCR
+
+    yield from OCR(cfg).read_many(files)
 
 
 def _owner(files: list[str], k: int, page) -> int:
@@ -147,7 +197,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from ocrforge.config import atomic_write_bytes
-    from ocrforge.engine import OCR
     from ocrforge.io.inputs import expand_paths, parse_page_range
 
     cfg = engine_config_from_args(args)
@@ -166,12 +215,17 @@ def run(args: argparse.Namespace) -> int:
         print("ocrforge: error: no input files found", file=sys.stderr)
         return 2
     err = Console(stderr=True)
-    engine = OCR(cfg)
+    counts, bad = _count_inputs(files, cfg.limits.pages)
     out_dir = Path(args.output) if args.output and (Path(args.output).is_dir() or args.output.endswith("/")) else None
     exporter = EXPORTERS[args.format]
     outputs = None
     if out_dir is not None:
-        outputs = _Outputs(out_dir, output_names(files, args.inputs), exporter.extension)
+        outputs = _Outputs(out_dir, output_names(files, args.inputs), exporter.extension,
+                           pages={f: c.total for f, c in counts.items()})
+    clash = _overwritten_input(files, args, outputs, exporter.multi_page)
+    if clash:
+        print(f"ocrforge: error: {clash} would overwrite its input; pick another -o", file=sys.stderr)
+        return 2
     pages = []
     document: list = []  # pages of the current input, for multi-page formats into a folder
     document_owner = 0
@@ -179,15 +233,16 @@ def run(args: argparse.Namespace) -> int:
     multi = len(files) > 1 or Path(files[0]).suffix.lower() in (".pdf", ".tif", ".tiff")
     show = not args.no_progress and multi
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("inputs"), TimeRemainingColumn(), console=err, disable=not show,
+                  TextColumn("pages"), TimeRemainingColumn(), console=err, disable=not show,
                   transient=False) as progress:
-        task = progress.add_task("OCR", total=len(files))
-        k = 0
-        for page in engine.read_many(files):
-            owner = _owner(files, k, page)
-            if owner != k:
-                progress.advance(task, owner - k)
-                k = owner
+        # pages, not inputs (a 40-page PDF is 40 steps); an unreadable input or stdin is one
+        total = sum(c.selected for c in counts.values()) + len(files) - len(counts)
+        task = progress.add_task("OCR", total=total)
+        k = done = 0
+        for page in _pages(cfg, files, bad):
+            k = _owner(files, k, page)
+            done += 1
+            progress.update(task, completed=done, total=max(total, done))  # stdin: any pages
             if not page.ok:
                 failed += 1
                 err.print(f"[red]error[/]: {escape(page.source)}: {escape(str(page.error))}",
@@ -213,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
                 atomic_write_bytes(path, _render([page], args.format, cfg))
             else:
                 pages.append(page)
-        progress.advance(task, len(files) - k)
+        progress.update(task, completed=max(total, done))  # pages an input's failure cut off
     if document and outputs is not None:
         _write_document(outputs.document(files[document_owner]), document, args.format, cfg)
     if out_dir is None:

@@ -333,6 +333,62 @@ def _pdf_pages(
         doc.close()
 
 
+@dataclass(frozen=True)
+class PageCount:
+    """Pages of one input: ``total`` in the file, ``selected`` by a page range (what is read)."""
+
+    total: int
+    selected: int
+
+
+def count_pages(item: str | os.PathLike | bytes, *, pages: str | None = None) -> PageCount:
+    """Pages of an input file (or its bytes) from the header, nothing rendered or decoded: the
+    cheap check before any model is loaded. Raises the InputError that decoding would raise for a
+    missing, empty or unrecognised file or a PDF that does not open."""
+    if isinstance(item, (bytes, bytearray)):
+        name, head, src = "<bytes>", bytes(item[:1024]), io.BytesIO(item)
+    else:
+        name = src = os.fspath(item)
+        if Path(src).is_dir():
+            raise InputError(name, "is a folder; pass the files in it (the CLI expands folders)")
+        try:
+            with open(src, "rb") as f:
+                head = f.read(1024)
+        except FileNotFoundError:
+            raise InputError(name, "file not found", "not_found") from None
+        except OSError as e:
+            raise InputError(name, f"cannot read file ({e.strerror or e})") from None
+    if not head:
+        raise InputError(name, "empty file (0 bytes)", "empty")
+    kind = sniff(head)
+    if kind == "unknown":
+        raise InputError(name, "not a supported image or PDF (unrecognised content)", "unsupported")
+    total = _header_pages(src, kind, name)
+    wanted = parse_page_range(pages) if pages else None
+    return PageCount(total, sum(1 for i in range(total) if wanted is None or wanted(i)))
+
+
+def _header_pages(src: Any, kind: str, name: str) -> int:
+    if kind == "pdf":
+        import pypdfium2 as pdfium
+
+        try:
+            doc = pdfium.PdfDocument(src.getvalue() if isinstance(src, io.BytesIO) else src)
+        except Exception as e:
+            raise InputError(name, f"corrupt or encrypted PDF ({e})") from None
+        try:
+            return len(doc)
+        finally:
+            doc.close()
+    if kind in ("tiff", "gif", "webp"):
+        try:
+            with Image.open(src) as img:
+                return max(1, int(getattr(img, "n_frames", 1)))
+        except Exception:  # a broken header: decoding says what is wrong, page by page
+            return 1
+    return 1
+
+
 def expand_paths(args: list[str]) -> list[str]:
     """Files as given; folders expanded (sorted, recursive) to the images and PDFs inside."""
     out: list[str] = []

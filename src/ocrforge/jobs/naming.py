@@ -2,9 +2,11 @@
 
 The root is the deepest folder that holds every SRC argument (a folder argument counts as
 itself, a file argument as its parent), so ``a/x.png`` and ``b/x.png`` land in ``OUT/a/`` and
-``OUT/b/`` and never collide. Page 1 of an input is ``<name>.json``, page N > 1 is
-``<name>.pN.json`` (the convention of ``ocrforge read -o DIR/``); the input's extension stays
-in the name so ``scan.png`` and ``scan.jpg`` do not collide either.
+``OUT/b/`` and never collide. A single-page input is ``<name>.json``; page N of a multi-page
+input is ``<name>.pN.json`` with N zero-padded to the digits of the page count, page 1
+included (``book.p01.json`` ... ``book.p40.json``), so names sort in page order (the
+convention of ``ocrforge read -o DIR/``); the input's extension stays in the name so
+``scan.png`` and ``scan.jpg`` do not collide either.
 """
 
 from __future__ import annotations
@@ -41,9 +43,17 @@ def relative_name(path: str, root: Path) -> str:
     return rel.as_posix()
 
 
-def page_name(rel: str, page_index: int) -> str:
-    """Output stem of one page: ``rel`` for the first page, ``rel.pN`` (N from 1) after it."""
-    return rel if page_index == 0 else f"{rel}.p{page_index + 1}"
+def page_suffix(page_index: int, pages: int) -> str:
+    """``.pN`` of one page of a ``pages``-page input: N from 1, zero-padded to the digits of
+    the page count so that names sort in page order; "" for a single-page input."""
+    if pages <= 1 and page_index == 0:
+        return ""
+    return f".p{page_index + 1:0{len(str(max(pages, page_index + 1)))}d}"
+
+
+def page_name(rel: str, page_index: int, pages: int) -> str:
+    """Output stem of one page of a ``pages``-page input (see the module docstring)."""
+    return rel + page_suffix(page_index, pages)
 
 
 def config_hash(config: Any) -> str:

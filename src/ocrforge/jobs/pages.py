@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ocrforge.io.inputs import InputError, iter_pages, sniff
+from ocrforge.io.inputs import InputError, iter_pages
+from ocrforge.io.inputs import count_pages as io_count_pages
 from ocrforge.jobs.naming import page_name
 
 
@@ -27,10 +28,11 @@ class PageTask:
     page: int
     sha256: str
     image: np.ndarray | None  # BGR uint8 (None once handed to the engine)
+    pages: int = 1  # pages of the input (names are padded to its digits)
 
     @property
     def name(self) -> str:
-        return page_name(self.rel, self.page)
+        return page_name(self.rel, self.page, self.pages)
 
 
 @dataclass
@@ -96,13 +98,14 @@ def input_events(data: bytes, source: str, rel: str, *,
     k = 0
     emitted = 0
     try:
+        total = io_count_pages(data).total
         for p in iter_pages(data, source=source, pdf_dpi=pdf_dpi, max_pixels=max_pixels,
                             max_pdf_pages=max_pdf_pages):
-            if page_done(page_name(rel, p.index), sha):
+            if page_done(page_name(rel, p.index, total), sha):
                 yield PageSkipped(source, rel, p.index)
             else:
                 emitted += 1
-                yield PageTask(source, rel, p.index, sha, p.image)
+                yield PageTask(source, rel, p.index, sha, p.image, total)
             k += 1
     except InputError as e:
         yield InputFailed(source, k if k else None, sha, e.reason)
@@ -129,24 +132,9 @@ def read_input(path: str) -> bytes | InputFailed:
 def count_pages(path: str) -> int:
     """Pages in an input from its header only (no rendering); 1 when it cannot tell."""
     try:
-        with open(path, "rb") as f:
-            kind = sniff(f.read(1024))
-        if kind == "pdf":
-            import pypdfium2 as pdfium
-
-            doc = pdfium.PdfDocument(path)
-            try:
-                return max(1, len(doc))
-            finally:
-                doc.close()
-        if kind in ("tiff", "gif", "webp"):
-            from PIL import Image
-
-            with Image.open(path) as img:
-                return max(1, int(getattr(img, "n_frames", 1)))
-    except Exception:  # unreadable inputs fail later, with a proper message
+        return max(1, io_count_pages(path).total)
+    except InputError:  # unreadable inputs fail later, with a proper message
         return 1
-    return 1
 
 
 __all__ = ["Event", "InputEnd", "InputFailed", "InputSkipped", "PageSkipped", "PageTask", "count_pages",

@@ -80,7 +80,7 @@ class JobRecorder:
 
     def on_page(self, *, source: str, rel: str, page: int, sha256: str,
                 doc: dict[str, Any], text: str) -> None:
-        name = page_name(rel, page)
+        name = page_name(rel, page, self.expected.get(source, 1))
         if name in self._written:
             self.summary.duplicates += 1
             return
@@ -92,7 +92,7 @@ class JobRecorder:
         self._maybe_complete(rel)
 
     def on_page_error(self, *, source: str, rel: str, page: int, sha256: str, error: str) -> None:
-        name = page_name(rel, page)
+        name = page_name(rel, page, self.expected.get(source, 1))
         if name in self._written:
             self.summary.duplicates += 1
             return

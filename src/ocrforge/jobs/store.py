@@ -55,7 +55,7 @@ class PageStore:
         n = self.manifest.input_complete(rel, sha256, self.config)
         if n is None:
             return None
-        if all(self.page_done(page_name(rel, i), sha256) for i in range(n)):
+        if all(self.page_done(page_name(rel, i, n), sha256) for i in range(n)):
             return n
         return None
 

@@ -49,6 +49,7 @@ from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
+from ocrforge.scheduling.threads import Workers
 from ocrforge.stages.detect import DetInput
 from ocrforge.stages.recognize import ctc_head_torch
 
@@ -392,9 +393,10 @@ class GpuScheduler:
         s = self.runner.settings(options)
         s.det_limit = self.limit
         self.ensure_db_pool()
-        out_q: queue.Queue = queue.Queue(maxsize=self.max_inflight * 2)
-        in_q: queue.Queue = queue.Queue(maxsize=self.max_inflight)
-        stop = threading.Event()
+        w = Workers("ocrforge-gpu")  # closing the run stops and joins its threads (threads.py)
+        out_q = w.queue(self.max_inflight * 2)
+        in_q = w.queue(self.max_inflight)
+        stop = w.stop
         pool = ThreadPoolExecutor(self.post_workers, thread_name_prefix="ocrforge-gpu-post")
         decoders = ThreadPoolExecutor(max(2, self.post_workers // 2),
                                       thread_name_prefix="ocrforge-gpu-decode")
@@ -409,19 +411,12 @@ class GpuScheduler:
             finally:
                 out_q.put(_END)
 
-        threads = [threading.Thread(target=self._produce, args=(items, decoders, in_q, stop),
-                                    daemon=True, name="ocrforge-gpu-producer"),
-                   threading.Thread(target=gpu, daemon=True, name="ocrforge-gpu-driver")]
-        for t in threads:
-            t.start()
+        w.start("producer", lambda: self._produce(items, decoders, in_q, stop))
+        w.start("driver", gpu)
         try:
             yield from _in_order(out_q, gpu_err)
         finally:
-            stop.set()
-            for q in (in_q, out_q):
-                _drain(q)
-            for t in threads:
-                t.join(timeout=5)
+            w.close()
             pool.shutdown(wait=True)
             decoders.shutdown(wait=True)
 
@@ -469,14 +464,6 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         raise gpu_err[0]
     for k in sorted(done):
         yield done[k]
-
-
-def _drain(q: queue.Queue) -> None:
-    try:
-        while True:
-            q.get_nowait()
-    except queue.Empty:
-        pass
 
 
 def _post_processes(configured: int | None, cuda: bool) -> int:

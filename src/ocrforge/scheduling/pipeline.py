@@ -13,8 +13,6 @@ recognition of page N. On few cores the two sessions compete for them: ``det.thr
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -23,6 +21,7 @@ from ocrforge.config import ReadOptions
 from ocrforge.core import Detected
 from ocrforge.io.inputs import InputError, describe
 from ocrforge.result import Page
+from ocrforge.scheduling.threads import Stopped, Workers
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -56,82 +55,66 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
         yield from _run_serial(engine, items, s, batch_pages)
         return
     depth = max(2, cfg.pipeline.queue_size)
-    det_q: queue.Queue = queue.Queue(maxsize=depth)
-    rec_q: queue.Queue = queue.Queue(maxsize=2)
-    out_q: queue.Queue = queue.Queue(maxsize=2)
-    stop = threading.Event()
+    w = Workers("ocrforge")
+    det_q = w.queue(depth)
+    rec_q = w.queue(2)
+    out_q = w.queue(2)
 
     def producer() -> None:
         try:
             for item in items:
                 for got in decoded(engine, item):
-                    if stop.is_set():
+                    if not w.put(det_q, got):
                         return
-                    _put(det_q, got, stop)
         except BaseException as e:  # the items iterator itself raised: surface it
-            _put(det_q, (e, 0.0), stop)
+            w.put(det_q, (e, 0.0))
         finally:
-            _put(det_q, _END, stop)
+            w.put(det_q, _END)
 
     def detector() -> None:
         group: list[Detected | InputError] = []
         try:
-            while True:
-                got = det_q.get()
-                if got is _END:
-                    break
+            while (got := w.get(det_q)) is not _END:
                 page, decode_s = got
                 if isinstance(page, BaseException) and not isinstance(page, InputError):
-                    _put(rec_q, page, stop)
+                    w.put(rec_q, page)
                     return
                 if _add(runner, group, page, decode_s, s) >= batch_pages:
-                    _put(rec_q, group, stop)
+                    w.put(rec_q, group)
                     group = []
             if group:
-                _put(rec_q, group, stop)
+                w.put(rec_q, group)
+        except Stopped:
+            return
         except BaseException as e:
-            _put(rec_q, e, stop)
+            w.put(rec_q, e)
         finally:
-            _put(rec_q, _END, stop)
+            w.put(rec_q, _END)
 
     def recogniser() -> None:
         try:
-            while True:
-                got = rec_q.get()
-                if got is _END:
-                    break
+            while (got := w.get(rec_q)) is not _END:
                 if isinstance(got, BaseException):
-                    _put(out_q, got, stop)
+                    w.put(out_q, got)
                     return
-                _put(out_q, _recognise_group(runner, got, s), stop)
+                w.put(out_q, _recognise_group(runner, got, s))
+        except Stopped:
+            return
         except BaseException as e:
-            _put(out_q, e, stop)
+            w.put(out_q, e)
         finally:
-            _put(out_q, _END, stop)
+            w.put(out_q, _END)
 
-    threads = [threading.Thread(target=producer, daemon=True, name="ocrforge-decode"),
-               threading.Thread(target=detector, daemon=True, name="ocrforge-detect"),
-               threading.Thread(target=recogniser, daemon=True, name="ocrforge-recognise")]
-    for t in threads:
-        t.start()
+    w.start("decode", producer)
+    w.start("detect", detector)
+    w.start("recognise", recogniser)
     try:
-        while True:
-            got = out_q.get()
-            if got is _END:
-                break
+        while (got := out_q.get()) is not _END:
             if isinstance(got, BaseException):
                 raise got
             yield from got
     finally:
-        stop.set()
-        for q in (det_q, rec_q, out_q):  # unblock producers waiting on a full queue
-            try:
-                while True:
-                    q.get_nowait()
-            except queue.Empty:
-                pass
-        for t in threads:
-            t.join(timeout=5)
+        w.close()  # a loop left early (break, exception, Ctrl-C) stops and joins the threads
 
 
 def _add(runner: Any, group: list, page: Any, decode_s: float, s: Any) -> int:
@@ -150,15 +133,6 @@ def _recognise_group(runner: Any, group: list, s: Any) -> list[Page]:
     """Recognise the detected pages of a group together; error pages keep their place."""
     pages = iter(runner.recognize([g for g in group if isinstance(g, Detected)], s))
     return [error_page(g) if isinstance(g, InputError) else next(pages) for g in group]
-
-
-def _put(q: queue.Queue, obj: Any, stop: threading.Event) -> None:
-    while not stop.is_set():
-        try:
-            q.put(obj, timeout=0.1)
-            return
-        except queue.Full:
-            continue
 
 
 def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int) -> Iterator[Page]:

@@ -5,8 +5,13 @@ size limit, recognition min width, recognition batch size, threads / stage overl
 value by value with the other axes at their current best; a value is kept when it is faster
 and the CER stays within ``budget_points`` of the FP32 reference. Every candidate reads the
 whole sample through ``read_many`` (the throughput path) and is scored by evaluation.eval; its time
-is the median of ``repeat`` runs. The reference is measured again at the end of the search
-(same machine state as the winner), and both numbers go into the profile.
+is the median of ``repeat`` runs.
+
+At the end the winner and the starting configuration (the defaults, unless options were given)
+are measured again in turns, ``confirm`` times each, on the same machine state. Their spread is
+the measurement noise: the winner is recommended only when it beats the start by more than that
+noise; otherwise the profile holds the starting configuration and the log says why. Both
+numbers, the noise and the verdict go into the profile.
 """
 
 from __future__ import annotations
@@ -63,9 +68,12 @@ class TuneResult:
     best_cer: float
     best_pages_per_s: float
     trials: list[Trial] = field(default_factory=list)
+    noise: float = 0.0  # relative spread of the final same-state runs (0.05 = 5 %)
+    verdict: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {
+            "verdict": self.verdict, "noise": round(self.noise, 4),
             "reference": {"cer": self.reference_cer, "pages_per_s": round(self.reference_pages_per_s, 4)},
             "best": {"cer": self.best_cer, "pages_per_s": round(self.best_pages_per_s, 4),
                      "speedup": round(self.best_pages_per_s / self.reference_pages_per_s, 3)
@@ -95,14 +103,14 @@ def measure(cfg: EngineConfig, dataset: str | Path, limit: int | None, repeat: i
 
 def tune(dataset: str | Path, start: EngineConfig | None = None, *, budget_points: float = 0.3,
          axes: Sequence[str] = DEFAULT_AXES, limit: int | None = None, repeat: int = 1,
-         log: Callable[[str], None] = print) -> TuneResult:
+         confirm: int = 3, log: Callable[[str], None] = print) -> TuneResult:
     start = start or EngineConfig()
     reference = start.with_(det_precision="fp32", rec_precision="fp32", cls_precision="fp32")
     t, n, ref_cer = measure(reference, dataset, limit, repeat)
     log(f"reference (fp32): {n / t:.3f} pages/s, CER {ref_cer * 100:.2f}%")
-    best, best_t, best_cer = start, t, ref_cer
+    best, best_t = start, t
     if start != reference:
-        best_t, n, best_cer = measure(start, dataset, limit, repeat)
+        best_t, n, _ = measure(start, dataset, limit, repeat)
     trials: list[Trial] = []
     for axis in axes:
         for changes in AXES[axis]:
@@ -120,13 +128,44 @@ def tune(dataset: str | Path, start: EngineConfig | None = None, *, budget_point
             log(f"  {axis} {_fmt(changes)}: {n / ct:.3f} pages/s, CER {ccer * 100:.2f}% "
                 f"({(ccer - ref_cer) * 100:+.2f} pts){'' if ok else '  over budget'}")
             if ok and ct < best_t:
-                best, best_t, best_cer = cand, ct, ccer
-    # reference and winner once more, back to back, so the reported ratio is same-state
-    t_ref, n, _ = measure(reference, dataset, limit, repeat)
-    t_best, n, best_cer = measure(best, dataset, limit, repeat)
-    log(f"best: {n / t_best:.3f} pages/s vs reference {n / t_ref:.3f} pages/s "
-        f"(x{t_ref / t_best:.2f}), CER {best_cer * 100:.2f}% vs {ref_cer * 100:.2f}%")
-    return TuneResult(best, ref_cer, n / t_ref, best_cer, n / t_best, trials)
+                best, best_t = cand, ct
+    return _confirm(start, best, ref_cer, trials, dataset, limit, budget_points, confirm, log)
+
+
+def _confirm(start: EngineConfig, best: EngineConfig, ref_cer: float, trials: list[Trial],
+             dataset: str | Path, limit: int | None, budget_points: float, confirm: int,
+             log: Callable[[str], None]) -> TuneResult:
+    """Start and winner measured in turns (same machine state); the winner only when it is
+    faster than the start by more than the noise of these runs and within the CER budget."""
+    if best == start:
+        t, n, cer = measure(start, dataset, limit, 1)
+        verdict = ("no candidate was faster within the budget: the profile keeps the starting "
+                   "configuration")
+        log(verdict)
+        return TuneResult(start, ref_cer, n / t, cer, n / t, trials, 0.0, verdict)
+    runs: dict[str, list[float]] = {"start": [], "best": []}
+    cers = {}
+    for _ in range(max(2, confirm)):
+        for key, cfg in (("start", start), ("best", best)):
+            t, n, cers[key] = measure(cfg, dataset, limit, 1)
+            runs[key].append(t)
+    t_start, t_best = statistics.median(runs["start"]), statistics.median(runs["best"])
+    noise = max((max(v) - min(v)) / statistics.median(v) for v in runs.values())
+    gain = t_start / t_best - 1.0
+    within = (cers["best"] - ref_cer) * 100 <= budget_points
+    log(f"best: {n / t_best:.3f} pages/s vs start {n / t_start:.3f} pages/s (x{t_start / t_best:.2f}, "
+        f"noise ±{noise * 100:.1f} %), CER {cers['best'] * 100:.2f}% vs {cers['start'] * 100:.2f}%")
+    if gain > noise and within:
+        verdict = (f"recommended: {gain * 100:.1f} % faster than the starting configuration, more "
+                   f"than the measured noise ({noise * 100:.1f} %)")
+        log(verdict)
+        return TuneResult(best, ref_cer, n / t_start, cers["best"], n / t_best, trials, noise, verdict)
+    why = (f"{gain * 100:+.1f} % speed is within the measured noise ({noise * 100:.1f} %)" if within
+           else f"its CER is {(cers['best'] - ref_cer) * 100:+.2f} points over the reference")
+    verdict = (f"warning: the winner is not better than the starting configuration ({why}); "
+               "the profile keeps the starting configuration")
+    log(verdict)
+    return TuneResult(start, ref_cer, n / t_start, cers["start"], n / t_start, trials, noise, verdict)
 
 
 def _fmt(changes: dict[str, Any]) -> str:

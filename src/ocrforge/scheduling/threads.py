@@ -1,0 +1,104 @@
+"""Worker threads of one scheduler run, stopped and joined however the run ends.
+
+A consumer may leave a ``read_many()`` loop at any time: ``break``, an exception in the loop
+body, Ctrl-C, or the interpreter exiting with the generator still suspended. A worker thread
+that is still inside ONNX Runtime (or PyTorch) while the interpreter tears down aborts the
+process (``terminate called without an active exception``). So every run registers its
+threads here; closing the run, and ``atexit`` for runs nobody closed, sets the stop flag,
+keeps draining the queues and joins every thread. A worker blocks only on a queue (``get``
+below wakes up on the stop flag; any put is freed by the draining) or in a network call,
+which returns, so the join ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+_POLL_S = 0.05
+_LIVE: weakref.WeakSet[Workers] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+class Stopped(Exception):
+    """Raised by ``Workers.get`` in a worker once the run is being shut down."""
+
+
+class Workers:
+    """Threads and queues of one run: start them, hand objects over, then ``close()``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.stop = threading.Event()
+        self.queues: list[queue.Queue] = []
+        self.threads: list[threading.Thread] = []
+
+    def queue(self, maxsize: int) -> queue.Queue:
+        q: queue.Queue = queue.Queue(maxsize=maxsize)
+        self.queues.append(q)
+        return q
+
+    def start(self, name: str, target: Callable[[], None]) -> None:
+        t = threading.Thread(target=target, daemon=True, name=f"{self.prefix}-{name}")
+        self.threads.append(t)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        t.start()
+
+    def put(self, q: queue.Queue, obj: Any) -> bool:
+        """Put unless the run is stopping (then drop it); True when it was put."""
+        while not self.stop.is_set():
+            try:
+                q.put(obj, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def get(self, q: queue.Queue) -> Any:
+        """Next object, waiting; raises Stopped once the run is stopping."""
+        while not self.stop.is_set():
+            try:
+                return q.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+        raise Stopped
+
+    def close(self) -> None:
+        """Stop the workers and wait for each (one that is inside a network call finishes that
+        call first). Safe to call more than once and from atexit."""
+        self.stop.set()
+        me = threading.current_thread()
+        while alive := [t for t in self.threads if t is not me and t.is_alive()]:
+            for q in self.queues:  # free a worker blocked on a plain put into a full queue
+                _drain(q)
+            alive[0].join(timeout=_POLL_S)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+
+def _drain(q: queue.Queue) -> None:
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass
+
+
+def live_threads() -> list[threading.Thread]:
+    """Worker threads of runs not yet closed (for tests and diagnostics)."""
+    with _LIVE_LOCK:
+        runs = list(_LIVE)
+    return [t for w in runs for t in w.threads if t.is_alive()]
+
+
+@atexit.register
+def _close_all() -> None:
+    with _LIVE_LOCK:
+        runs = list(_LIVE)
+    for w in runs:
+        w.close()
