@@ -5,14 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages: Chromium for the demo-page browser test, extra fonts for synthetic pages,
-# qpdf for `qpdf --check` on exported PDFs (OCRmyPDF itself needs neither Tesseract nor
+# qpdf for `qpdf --check` on exported PDFs, poppler-utils for pdftotext (word spaces in PDFs) (OCRmyPDF itself needs neither Tesseract nor
 # Ghostscript with the ocrforge plugin). A held apt/dpkg lock (unattended-upgrades, another
 # job) is waited for, not a failure.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   . scripts/apt-wait.sh
   apt_get update -qq
   DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends \
-    chromium fonts-dejavu-core fonts-wqy-zenhei qpdf >/dev/null
+    chromium fonts-dejavu-core fonts-wqy-zenhei qpdf poppler-utils >/dev/null
 fi
 
 python3 -m venv .venv

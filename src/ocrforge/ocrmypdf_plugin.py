@@ -25,6 +25,7 @@ import os
 import shutil
 import threading
 from collections.abc import Set
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +114,27 @@ def _orientation() -> _Orientation:
 # ------------------------------------------------------------------ results -> OcrElement
 def page_to_ocr_element(page: Any, dpi: float | None, page_number: int) -> OcrElement:
     """An ocrforge Page as OCRmyPDF's OcrElement tree: page > paragraph > line > word, in
-    reading order (blocks from the layout stage, or one paragraph per line without them)."""
+    reading order (blocks from the layout stage, or one paragraph per line without them).
+
+    Boxes are pixels of the image OCRmyPDF gave us. A page that ocrforge's page orientation
+    read upright (without ``--rotate-pages`` OCRmyPDF hands over sideways or upside-down
+    images) is mapped back onto that image and every line gets the text's ``textangle``
+    (counter-clockwise, as in hOCR), so OCRmyPDF's renderer lays each line along its ink;
+    the baseline is the one of the upright line, which is the un-rotated line box."""
     from ocrforge.io.exporters.structure import (
+        as_given,
         baseline,
         quad_bbox,
         regions,
         table_lines,
+        text_angle,
         union_bbox,
         words_of,
     )
 
-    W, H = page.width, page.height
+    given = as_given(page)
+    W, H = given.width, given.height
+    angle = float(text_angle(page)) if page.rotation else None
 
     def box(b: tuple[float, float, float, float]) -> BoundingBox:
         x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in zip(b, (W, H, W, H), strict=True))
@@ -131,20 +142,28 @@ def page_to_ocr_element(page: Any, dpi: float | None, page_number: int) -> OcrEl
 
     root = OcrElement(ocr_class=OcrClass.PAGE, bbox=BoundingBox(0, 0, W, H), dpi=dpi,
                       page_number=page_number)
-    for r in regions(page):
-        idx = list(table_lines(r.table, page)) if r.table is not None else r.lines
-        lines = [page.lines[i] for i in idx if words_of(page.lines[i])]
-        if not lines:
+    for r in regions(given):
+        idx = list(table_lines(r.table, given)) if r.table is not None else r.lines
+        idx = [i for i in idx if words_of(given.lines[i])]
+        if not idx:
             continue
-        par = OcrElement(ocr_class=OcrClass.PARAGRAPH, bbox=box(union_bbox([ln.bbox for ln in lines])))
-        for ln in lines:
-            b = baseline(ln.poly)
-            lb = box(ln.bbox)
+        par = OcrElement(ocr_class=OcrClass.PARAGRAPH,
+                         bbox=box(union_bbox([given.lines[i].bbox for i in idx])))
+        for i in idx:
+            ln, up = given.lines[i], page.lines[i]
+            b, (ux0, _, _, uy1) = baseline(up.poly), up.bbox
             slope = b.direction[1] / b.direction[0] if abs(b.direction[0]) > 1e-6 else 0.0
-            intercept = b.origin[1] + slope * (lb.left - b.origin[0]) - lb.bottom
-            line = OcrElement(ocr_class=LINE_CLASS.get(r.kind, OcrClass.LINE), bbox=lb,
-                              baseline=Baseline(slope=slope, intercept=intercept))
-            for w in words_of(ln):
+            intercept = b.origin[1] + slope * (ux0 - b.origin[0]) - uy1
+            line = OcrElement(ocr_class=LINE_CLASS.get(r.kind, OcrClass.LINE), bbox=box(ln.bbox),
+                              baseline=Baseline(slope=slope, intercept=intercept), textangle=angle)
+            words = words_of(ln)
+            if page.rotation == 180:
+                # an upside-down page stays upside down: pdfium orders a line's words by
+                # position and would copy them in reverse, so the line is one run (as pdf.py
+                # does for an upside-down line)
+                words = [replace(words[0], text=" ".join(w.text for w in words), poly=ln.poly,
+                                 score=sum(w.score for w in words) / len(words))]
+            for w in words:
                 line.children.append(OcrElement(ocr_class=OcrClass.WORD, bbox=box(quad_bbox(w.poly)),
                                                 text=w.text, confidence=float(w.score)))
             par.children.append(line)

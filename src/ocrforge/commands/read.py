@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrforge.cli import add_engine_options, engine_config_from_args
-from ocrforge.io.exporters import EXPORTERS, export
+from ocrforge.io.exporters import EXPORTERS, export_pages
 
 STDIN = "-"
 STDIN_SOURCE = "<stdin>"
@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _render(pages: list, fmt: str, cfg) -> bytes:
+def _render(pages: list, fmt: str, cfg, failures: list[str]) -> bytes | None:
+    """The output of some pages; a page that cannot be exported is left out and named in
+    ``failures`` (None: no page could be)."""
     if fmt == "text" and len(pages) > 1:  # several pages on one stream: name each one
         from ocrforge.io.exporters.structure import page_text
 
@@ -53,15 +55,19 @@ def _render(pages: list, fmt: str, cfg) -> bytes:
         from ocrforge.io.exporters.images import load_page_images
 
         images = load_page_images(pages, pdf_dpi=cfg.limits.pdf_dpi, max_pixels=cfg.limits.max_pixels)
-    return export(pages, fmt, images=images)
+    data, failed = export_pages(pages, fmt, images=images)
+    failures += failed
+    return data
 
 
-def _write_document(target: Path, pages: list, fmt: str, cfg) -> None:
+def _write_document(target: Path, pages: list, fmt: str, cfg, failures: list[str]) -> None:
     from ocrforge.config import atomic_write_bytes
 
     if target.resolve() == Path(pages[0].source).resolve():
         raise SystemExit(f"ocrforge: error: {target} would overwrite its input; pick another -o folder")
-    atomic_write_bytes(target, _render(pages, fmt, cfg))
+    data = _render(pages, fmt, cfg, failures)
+    if data is not None:
+        atomic_write_bytes(target, data)
 
 
 def output_names(files: list[str], roots: list[str]) -> dict[str, Path]:
@@ -230,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
     document: list = []  # pages of the current input, for multi-page formats into a folder
     document_owner = 0
     failed = 0
+    failures: list[str] = []  # pages left out of an export
     multi = len(files) > 1 or Path(files[0]).suffix.lower() in (".pdf", ".tif", ".tiff")
     show = not args.no_progress and multi
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -254,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
                 page.source = STDIN_SOURCE if files[k] == STDIN else files[k]
             if outputs is not None and exporter.multi_page:
                 if document and document_owner != k:
-                    _write_document(outputs.document(files[document_owner]), document, args.format, cfg)
+                    _write_document(outputs.document(files[document_owner]), document, args.format,
+                                    cfg, failures)
                     document = []
                 document_owner = k
                 document.append(page)
@@ -265,21 +273,29 @@ def run(args: argparse.Namespace) -> int:
                     failed += 1
                     err.print(f"[red]error[/]: {escape(str(e))}", highlight=False)
                     continue
-                atomic_write_bytes(path, _render([page], args.format, cfg))
+                data = _render([page], args.format, cfg, failures)
+                if data is not None:
+                    atomic_write_bytes(path, data)
             else:
                 pages.append(page)
         progress.update(task, completed=max(total, done))  # pages an input's failure cut off
     if document and outputs is not None:
-        _write_document(outputs.document(files[document_owner]), document, args.format, cfg)
+        _write_document(outputs.document(files[document_owner]), document, args.format, cfg, failures)
     if out_dir is None:
-        data = _render(pages, args.format, cfg) if pages else b""
-        if args.output:
+        data = _render(pages, args.format, cfg, failures) if pages else b""
+        if data is None:  # no page could be exported: nothing written (errors below)
+            pass
+        elif args.output:
             atomic_write_bytes(args.output, data)
         elif exporter.binary:
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
         else:
             sys.stdout.write(data.decode("utf-8"))
+    for msg in failures:
+        err.print(f"[red]error[/]: {escape(msg)} (left out of the {args.format} output)",
+                  highlight=False)
+    failed += len(failures)
     if failed:
         err.print(f"{failed} input(s) failed", highlight=False)
         return 1

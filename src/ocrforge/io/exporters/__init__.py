@@ -31,6 +31,8 @@ class Exporter:
     multi_page: bool = False
     needs_images: bool = False
     binary: bool = False
+    # every page on its own: (output or None, messages naming the pages left out)
+    render_pages: Callable[[list[Page], Sequence[Any] | None], tuple[bytes | None, list[str]]] | None = None
 
 
 EXPORTERS: dict[str, Exporter] = {
@@ -42,7 +44,7 @@ EXPORTERS: dict[str, Exporter] = {
         Exporter("hocr", ".hocr", "application/xhtml+xml", hocr.render, multi_page=True),
         Exporter("alto", ".xml", "application/xml", alto.render, multi_page=True),
         Exporter("pdf", ".pdf", "application/pdf", pdf.render, multi_page=True,
-                 needs_images=True, binary=True),
+                 needs_images=True, binary=True, render_pages=pdf.render_pages),
     )
 }
 ALIASES = {"md": "markdown", "txt": "text", "xml": "alto"}
@@ -69,4 +71,17 @@ def export(pages: list[Page], fmt: str, *, images: Sequence[Any] | None = None) 
     return exporter.render(list(pages), images if exporter.needs_images else None)
 
 
-__all__ = ["ALIASES", "EXPORTERS", "Exporter", "export", "get_exporter"]
+def export_pages(pages: list[Page], fmt: str, *,
+                 images: Sequence[Any] | None = None) -> tuple[bytes | None, list[str]]:
+    """Like export(), but a page that cannot be exported (for "pdf": its entry in ``images``
+    is an exception, or its image does not fit the page) is left out with a message naming
+    it and the others are written. Returns (output, or None when no page was; messages)."""
+    exporter = get_exporter(fmt)
+    if exporter.render_pages is None:
+        return export(pages, fmt, images=images), []
+    if images is None or len(images) != len(pages):
+        raise ValueError(f"the {exporter.name} export needs one page image per page")
+    return exporter.render_pages(list(pages), images)
+
+
+__all__ = ["ALIASES", "EXPORTERS", "Exporter", "export", "export_pages", "get_exporter"]

@@ -1,6 +1,10 @@
 """ALTO 4.4 XML (validates against alto-4-4.xsd): one Page per page, blocks in reading order
 inside the PrintSpace, TextLine > String/SP with pixel coordinates and word confidence (WC).
 
+Coordinates are pixels of the source image as it was given: a page that page orientation
+turned is mapped back onto it (structure.as_given) and its Page states the turn as ROTATION
+(ALTO 4.4: the default rotation of the page's text, degrees counter-clockwise).
+
 Block kinds other than plain paragraphs are named by LayoutTags (TAGREFS) so the reading order
 stays the element order; a table is a ComposedBlock (TYPE="table") of one TextBlock per cell,
 a figure an Illustration.
@@ -13,9 +17,11 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ocrforge.io.exporters.structure import (
     BBox,
+    as_given,
     baseline,
     quad_bbox,
     regions,
+    text_angle,
     union_bbox,
     words_of,
     xml_text,
@@ -75,8 +81,11 @@ class _Ids:
 
 def _page(page: Page, n: int) -> list[str]:
     ids = _Ids(n)
+    page = as_given(page)  # coordinates of the source image, as it was given
     W, H = page.width, page.height
-    out = [f'  <Page ID="page_{n}" PHYSICAL_IMG_NR="{n}" WIDTH="{W}" HEIGHT="{H}" PROCESSINGREFS="OCR_0">',
+    rot = f' ROTATION="{text_angle(page)}"' if page.rotation else ""
+    out = [f'  <Page ID="page_{n}" PHYSICAL_IMG_NR="{n}" WIDTH="{W}" HEIGHT="{H}"{rot} '
+           'PROCESSINGREFS="OCR_0">',
            f'   <PrintSpace HPOS="0" VPOS="0" WIDTH="{W}" HEIGHT="{H}">']
     for r in regions(page):
         tag = f' TAGREFS="TAG_{r.kind}"' if r.kind in TAGGED_KINDS else ""
@@ -122,12 +131,21 @@ def _text_block(lines: list[Line], box: BBox | None, ids: _Ids, tag: str, indent
             out.append(f'{pad}  <String ID="{ids("string")}" {_pos(wb)} '
                        f'CONTENT={quoteattr(xml_text(w.text))} WC="{wc:.3f}"/>')
             if k + 1 < len(words):
-                nxt = quad_bbox(words[k + 1].poly)
-                gap = max(nxt[0] - wb[2], 0.0)
-                out.append(f'{pad}  <SP HPOS="{wb[2]:.0f}" VPOS="{wb[1]:.0f}" WIDTH="{gap:.0f}"/>')
+                out.append(f'{pad}  <SP {_space(wb, quad_bbox(words[k + 1].poly), b.direction)}/>')
         out.append(f"{pad} </TextLine>")
     out.append(f"{pad}</TextBlock>")
     return out
+
+
+def _space(wb: BBox, nb: BBox, direction: tuple[float, float]) -> str:
+    """SP between two words, along the line's direction (rightwards on an upright page, down,
+    left or up on a turned one): where the first word ends and how far to the next."""
+    ux, uy = direction
+    if abs(ux) >= abs(uy):
+        x, gap, y = (wb[2], nb[0] - wb[2], wb[1]) if ux > 0 else (nb[2], wb[0] - nb[2], wb[1])
+    else:
+        y, gap, x = (wb[3], nb[1] - wb[3], wb[0]) if uy > 0 else (nb[3], wb[1] - nb[3], wb[0])
+    return f'HPOS="{x:.0f}" VPOS="{y:.0f}" WIDTH="{max(gap, 0.0):.0f}"'
 
 
 def _pos(box: BBox) -> str:

@@ -1,6 +1,10 @@
 """hOCR 1.2 (XHTML): ocr_page > ocr_carea > ocr_par > ocr_line > ocrx_word, with bbox,
 baseline and x_wconf, readable by OCRmyPDF's hOCR reader and hocr-tools.
 
+Coordinates are pixels of the image the ``image`` property names, as it was given: a page
+that page orientation turned is mapped back onto it (structure.as_given), the page states the
+turn as ``textangle`` (counter-clockwise, as the spec says) and every line its own angle.
+
 Block kinds map to hOCR classes: header/footer/caption lines become ocr_header / ocr_footer /
 ocr_caption lines (inside an ocr_par, where Tesseract puts them and readers look for them),
 a table becomes an ocr_table holding one ocr_par per cell, a figure an ocr_image.
@@ -14,10 +18,12 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ocrforge.io.exporters.structure import (
     BBox,
+    as_given,
     baseline,
     int_bbox,
     quad_bbox,
     regions,
+    text_angle,
     union_bbox,
     words_of,
     xml_text,
@@ -64,8 +70,11 @@ class _Ids:
 
 def _page(page: Page, n: int) -> list[str]:
     ids = _Ids(n)
+    page = as_given(page)  # the `image` property names the input: its pixels, as given
     W, H = page.width, page.height
     title = f"image {_q(page.source)}; bbox 0 0 {W} {H}; ppageno {n - 1}"
+    if page.rotation:  # the text on the image is turned; each line states it too
+        title += f"; textangle {text_angle(page)}"
     if page.dpi:
         title += f"; scan_res {round(page.dpi)} {round(page.dpi)}"
     out = [f'  <div class="ocr_page" id="page_{n}" title={quoteattr(title)}>']

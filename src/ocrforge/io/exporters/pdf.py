@@ -8,12 +8,20 @@
 - Every word is scaled horizontally (Tz) to cover its box, along the line's direction
   (skewed lines stay skewed); the font size is the line height, the baseline its bottom
   edge, so a character's box spans the line box from bottom to top. A space character is
-  placed in the gap between words so extractors see real word breaks. A line the orientation
+  placed in the gap between words, and words whose boxes touch (word boxes from CTC run up
+  to the next word) end MIN_GAP line heights early: poppler (pdftotext) and pdfium find word
+  breaks by the distance between glyphs, not by the space character. A line the orientation
   classifier found upside down is one run over the line's box (extractors would reorder its
   words by position).
 - Page size: pixels * 72 / dpi with dpi = Page.dpi (the render resolution of a PDF page, so
   PDF input keeps its page size), or DEFAULT_DPI for images without one.
+- A page that page orientation turned (``Page.rotation``) is written upright: the image as
+  given is turned the same way, so the text layer is the one of an upright page and every
+  viewer, printer and extractor sees the page as it was read (docs/OUTPUT-FORMATS.md says
+  why this and not the page as given).
 - The page image is stored as JPEG (grey when the image has no colour).
+- Every page is exported on its own: render_pages() leaves out a page that fails, with a
+  message naming it, and writes the others.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from ocrforge.result import Line, Page
 
 DEFAULT_DPI = 300.0
 JPEG_QUALITY = 90
+# the least gap between two words, in line heights (extractors need about 0.05 to see a break)
+MIN_GAP = 0.15
 CHARS_PER_BFCHAR_BLOCK = 100  # the CMap syntax allows at most 100 entries per block
 
 
@@ -70,8 +80,19 @@ class _Codes:
 
 
 def render(pages: list[Page], images: list[Any] | None = None) -> bytes:
-    """One PDF page per Page; ``images`` are the page images (BGR or grey uint8 arrays; None
-    for a page that only carries the invisible text)."""
+    """One PDF page per Page; ``images`` are the page images as they were given (BGR or grey
+    uint8 arrays, before page orientation turned them; None for a page that only carries the
+    invisible text). Raises ValueError naming every page that cannot be exported."""
+    data, failed = render_pages(pages, images)
+    if failed:
+        raise ValueError("; ".join(failed))
+    return data
+
+
+def render_pages(pages: list[Page], images: list[Any] | None) -> tuple[bytes | None, list[str]]:
+    """Like render(), but every page on its own: a page that fails (its entry in ``images`` is
+    an exception, or its image or text cannot be written) is left out with a message naming
+    it, the others are written. Returns (the PDF, or None when no page was written; messages)."""
     if images is None or len(images) != len(pages):
         raise ValueError("the PDF export needs one page image per page "
                          f"({len(pages)} pages, {0 if images is None else len(images)} images)")
@@ -80,16 +101,30 @@ def render(pages: list[Page], images: list[Any] | None = None) -> bytes:
     w = PdfWriter()
     catalog, pages_node, font = w.reserve(), w.reserve(), w.reserve()
     codes = _Codes()
-    kids = []
+    kids, failed = [], []
     for page, image in zip(pages, images, strict=True):
-        kids.append(_page(w, page, image, pages_node, font, codes))
+        if isinstance(image, BaseException):  # its image could not be had (load_page_images)
+            failed.append(_failure(page, image))
+            continue
+        try:
+            kids.append(_page(w, page, image, pages_node, font, codes))
+        except (ValueError, OSError) as e:
+            failed.append(_failure(page, e))
+    if not kids:
+        return None, failed
     w.add(f"<< /Type /Catalog /Pages {pages_node} 0 R >>", catalog)
     w.add(f"<< /Type /Pages /Kids [{' '.join(f'{k} 0 R' for k in kids)}] /Count {len(kids)} >>",
           pages_node)
     _font(w, font, codes)
     info = w.add(b"<< /Producer " + pdf_string(f"ocrforge {__version__}")
                  + b" /Creator " + pdf_string("ocrforge") + b" >>")
-    return w.tobytes(catalog, info)
+    return w.tobytes(catalog, info), failed
+
+
+def _failure(page: Page, e: BaseException) -> str:
+    name = f"{page.source} page {page.page_index + 1}"
+    msg = str(e)
+    return msg if msg.startswith(page.source) and page.source else f"{name}: {msg}"
 
 
 def _font(w: PdfWriter, number: int, codes: _Codes) -> None:
@@ -112,14 +147,16 @@ def _font(w: PdfWriter, number: int, codes: _Codes) -> None:
 def _page(w: PdfWriter, page: Page, image: Any, parent: int, font: int, codes: _Codes) -> int:
     dpi = float(page.dpi) if page.dpi else DEFAULT_DPI
     if dpi <= 0:
-        raise ValueError(f"{page.source}: page dpi must be positive, not {page.dpi}")
+        raise ValueError(f"page dpi must be positive, not {page.dpi}")
     scale = 72.0 / dpi
     pw, ph = page.width * scale, page.height * scale
+    # everything that can fail before anything is added, so a failed page leaves no objects
+    jpeg = _jpeg(upright_image(image, page)) if image is not None else None
     content = _text_layer(page, scale, ph, codes)
     # the font is /F1: OCRmyPDF's sandwich renderer takes the text layer's font by that name
     xobject = ""
-    if image is not None:  # None: a text-only page (to lay over an existing page)
-        img = _image(w, image, page)
+    if jpeg is not None:  # None: a text-only page (to lay over an existing page)
+        img = _image(w, *jpeg)
         content = f"q {num(pw)} 0 0 {num(ph)} 0 0 cm /Im0 Do Q\n".encode("ascii") + content
         xobject = f"/XObject << /Im0 {img} 0 R >> "
     contents = w.add_stream("", content)
@@ -129,13 +166,30 @@ def _page(w: PdfWriter, page: Page, image: Any, parent: int, font: int, codes: _
         f"/ProcSet [/PDF /Text /ImageB /ImageC] >> /Contents {contents} 0 R >>")
 
 
-def _image(w: PdfWriter, image: Any, page: Page) -> int:
+def upright_image(image: Any, page: Page) -> Any:
+    """The page image as it was given, turned upright by ``page.rotation`` (the image the
+    page's text and boxes were read from). A wrong size is an error: the image is not this
+    page's."""
+    import numpy as np
+
+    arr = np.asarray(image)
+    w, h = (page.height, page.width) if page.rotation in (90, 270) else (page.width, page.height)
+    if arr.ndim not in (2, 3) or arr.shape[:2] != (h, w):
+        got = "x".join(str(v) for v in arr.shape[1::-1]) if arr.ndim >= 2 else str(arr.shape)
+        turned = f" (the page was turned {page.rotation} degrees)" if page.rotation else ""
+        raise ValueError(f"the page image is {got}, but the page was read from a {w}x{h} "
+                         f"image{turned}")
+    return np.rot90(arr, page.rotation // 90) if page.rotation else arr
+
+
+def _jpeg(image: Any) -> tuple[bytes, int, int, bool]:
+    """(JPEG bytes, width, height, grey) of a page image (grey when it has no colour)."""
     import cv2
     import numpy as np
 
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim not in (2, 3):
-        raise ValueError(f"{page.source}: page image must be a uint8 HxW or HxWx3 array")
+        raise ValueError("page image must be a uint8 HxW or HxWx3 array")
     if arr.ndim == 3 and arr.shape[2] == 1:
         arr = arr[:, :, 0]
     if arr.ndim == 3:
@@ -144,11 +198,14 @@ def _image(w: PdfWriter, image: Any, page: Page) -> int:
             arr = arr[:, :, 0]
     ok, jpeg = cv2.imencode(".jpg", np.ascontiguousarray(arr), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
     if not ok:
-        raise ValueError(f"{page.source}: cannot encode the page image")
-    space = "/DeviceGray" if arr.ndim == 2 else "/DeviceRGB"
-    h, wd = arr.shape[:2]
-    return w.add_stream(f"/Type /XObject /Subtype /Image /Width {wd} /Height {h} /ColorSpace "
-                        f"{space} /BitsPerComponent 8 /Filter /DCTDecode", jpeg.tobytes(),
+        raise ValueError("cannot encode the page image")
+    return jpeg.tobytes(), arr.shape[1], arr.shape[0], arr.ndim == 2
+
+
+def _image(w: PdfWriter, jpeg: bytes, width: int, height: int, grey: bool) -> int:
+    space = "/DeviceGray" if grey else "/DeviceRGB"
+    return w.add_stream(f"/Type /XObject /Subtype /Image /Width {width} /Height {height} "
+                        f"/ColorSpace {space} /BitsPerComponent 8 /Filter /DCTDecode", jpeg,
                         compress=False)
 
 
@@ -178,16 +235,33 @@ def _line_ops(line: Line, scale: float, page_h: float, codes: _Codes) -> list[st
         # in reverse; the whole line as one run over its box copies right (no word boxes)
         return ops + _run(" ".join(wd.text for wd in words), lb, 0.0, max(lb.length, 1e-3),
                           size, scale, page_h, codes, m)
-    geo = [baseline(wd.poly) for wd in words]
-    for k, (wd, g) in enumerate(zip(words, geo, strict=True)):
-        start = _along(lb, g.origin)
-        end = start + g.length
-        ops += _run(wd.text, lb, start, max(end - start, 1e-3), size, scale, page_h, codes, m)
+    spans = _word_spans(lb, words)
+    for k, (wd, (start, end)) in enumerate(zip(words, spans, strict=True)):
+        ops += _run(wd.text, lb, start, end - start, size, scale, page_h, codes, m)
         if k + 1 < len(words):
-            nxt = _along(lb, geo[k + 1].origin)
-            gap = nxt - end if nxt - end > 0.5 else 0.25 * lb.height
+            gap = max(spans[k + 1][0] - end, 1e-3)
             ops += _run(" ", lb, end, gap, size, scale, page_h, codes, m)
     return ops
+
+
+def _word_spans(lb: Baseline, words: list) -> list[tuple[float, float]]:
+    """(start, end) of every word along the line (image pixels), with a gap of at least
+    MIN_GAP line heights before the next word: extractors (poppler, pdfium) find word breaks
+    by the distance between glyphs, so words whose boxes touch (word boxes from CTC run up to
+    the next word) would copy as one. The gap is taken from the end of the word before, where
+    a box that touches the next one holds no ink."""
+    spans = []
+    for wd in words:
+        g = baseline(wd.poly)
+        start = _along(lb, g.origin)
+        spans.append([start, start + max(g.length, 1e-3)])
+    want = MIN_GAP * lb.height
+    for k in range(len(spans) - 1):
+        start, end = spans[k]
+        nxt = spans[k + 1][0]
+        if nxt - end < want:  # shrink this word by at most a third of its length
+            spans[k][1] = max(nxt - want, start + (end - start) * 2 / 3)
+    return [(s, max(e, s + 1e-3)) for s, e in spans]
 
 
 def _along(lb: Baseline, point: tuple[float, float]) -> float:

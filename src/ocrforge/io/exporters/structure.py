@@ -17,9 +17,9 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ocrforge.result import Block, Cell, Line, Page, Table, Word
+from ocrforge.result import Block, Cell, Line, Page, Table, Word, to_input_frame
 
 Quad = list[list[float]]
 BBox = tuple[float, float, float, float]
@@ -119,6 +119,42 @@ def page_text(page: Page) -> str:
         elif r.lines:
             parts.append("\n".join(page.lines[i].text for i in r.lines))
     return "\n\n".join(p for p in parts if p)
+
+
+# ------------------------------------------------------------------ the page as given
+def as_given(page: Page) -> Page:
+    """The page in the pixels of the image as it was given: for a page that page orientation
+    turned (``rotation`` != 0) a copy whose size, lines, words, blocks and cells are mapped
+    back onto the input (``Page.input_poly``); ``rotation`` is kept, so a line's text runs
+    along its mapped quad (corners still start where its text starts). Formats that point at
+    the input image (hOCR, ALTO, OCRmyPDF's tree) describe this page."""
+    if not page.rotation:
+        return page
+    w, h = page.width, page.height
+
+    def poly(p: Quad) -> Quad:
+        return to_input_frame(p, page.rotation, w, h).tolist()
+
+    def box(b: tuple[float, ...]) -> BBox:
+        x0, y0, x1, y1 = (float(v) for v in b)
+        return quad_bbox(poly([[x0, y0], [x1, y0], [x1, y1], [x0, y1]]))
+
+    def cells(t: Table | None) -> Table | None:
+        if t is None:
+            return None
+        return replace(t, cells=[replace(c, bbox=box(c.bbox)) for c in t.cells])
+
+    lines = [replace(ln, poly=poly(ln.poly), words=[replace(wd, poly=poly(wd.poly)) for wd in ln.words])
+             for ln in page.lines]
+    blocks = [replace(b, bbox=box(b.bbox), table=cells(b.table)) for b in page.blocks]
+    gw, gh = (h, w) if page.rotation in (90, 270) else (w, h)
+    return replace(page, lines=lines, blocks=blocks, width=gw, height=gh)
+
+
+def text_angle(page: Page) -> int:
+    """Counter-clockwise angle of the text on the image as given (hOCR ``textangle``, ALTO
+    ``ROTATION``): a page turned 90 degrees clockwise holds text rotated by 270."""
+    return (360 - page.rotation) % 360
 
 
 # ------------------------------------------------------------------ words and geometry
