@@ -20,8 +20,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ocrforge.stages.detect import resize_shape
-
 # The constants were fitted on the 2-core VM with benchmarks/serve_cost_model.py (a 480x160
 # warm-up page, a one-line 320x104 image, a three-line 900x232 image and a twelve-line 1700x2200
 # letter page, each at det_limit 640, 960 and 2048): engine seconds per unit then spread 2.2x
@@ -36,12 +34,11 @@ TEXT_MPX_CAP = 4.0  # ... counted up to this many megapixels (a phone photo hold
 EMA_WEIGHT = 0.2  # weight of the newest batch in unit_s
 
 
-def page_units(width: int, height: int, det_limit: int, min_side: int = 0,
-               max_upscale: float = 1.0) -> float:
-    """Work units of one page of width x height read at ``det_limit``."""
-    h, w = resize_shape(max(1, height), max(1, width), det_limit, "max", min_side, max_upscale)
+def page_units(width: int, height: int, det_shape: tuple[int, int]) -> float:
+    """Work units of one page of width x height whose detector input is ``det_shape`` (h, w),
+    as the engine answers it (``OCR.det_shape``) for the request's det_limit."""
     text = TEXT_PER_SQRT_MPX * math.sqrt(min(width * height / 1e6, TEXT_MPX_CAP))
-    return PAGE_OVERHEAD + h * w / 1e6 + text
+    return PAGE_OVERHEAD + det_shape[0] * det_shape[1] / 1e6 + text
 
 
 class Overloaded(Exception):
