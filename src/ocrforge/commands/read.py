@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from ocrforge.cli import add_engine_options, engine_config_from_args
 from ocrforge.io.exporters import EXPORTERS, export
+from ocrforge.paths import OutputError, printable
 
 STDIN = "-"
 STDIN_SOURCE = "<stdin>"
@@ -60,6 +62,18 @@ def _write_document(target: Path, pages: list, fmt: str, cfg) -> None:
     if target.resolve() == Path(pages[0].source).resolve():
         raise SystemExit(f"ocrforge: error: {target} would overwrite its input; pick another -o folder")
     atomic_write_bytes(target, _render(pages, fmt, cfg))
+
+
+def _write_stdout(data: bytes, binary: bool) -> None:
+    try:
+        if binary:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+    except OSError as e:  # stdout redirected to a full disk
+        raise OutputError("<stdout>", e) from None
 
 
 def output_names(files: list[str], roots: list[str]) -> dict[str, Path]:
@@ -178,20 +192,21 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     multi = len(files) > 1 or Path(files[0]).suffix.lower() in (".pdf", ".tif", ".tiff")
     show = not args.no_progress and multi
+    # closing: an output error (disk full) stops the engine's threads before it propagates
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("inputs"), TimeRemainingColumn(), console=err, disable=not show,
-                  transient=False) as progress:
+                  transient=False) as progress, closing(engine.read_many(files)) as stream:
         task = progress.add_task("OCR", total=len(files))
         k = 0
-        for page in engine.read_many(files):
+        for page in stream:
             owner = _owner(files, k, page)
             if owner != k:
                 progress.advance(task, owner - k)
                 k = owner
             if not page.ok:
                 failed += 1
-                err.print(f"[red]error[/]: {escape(page.source)}: {escape(str(page.error))}",
-                          highlight=False)
+                err.print(f"[red]error[/]: {escape(printable(page.source))}: "
+                          f"{escape(printable(page.error))}", highlight=False, soft_wrap=True)
                 if args.format != "json":
                     continue
                 # in JSON the failed page keeps its place: source = the input, page = its number
@@ -208,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
                     path = outputs.path(files[k], page.page_index)
                 except FileExistsError as e:
                     failed += 1
-                    err.print(f"[red]error[/]: {escape(str(e))}", highlight=False)
+                    err.print(f"[red]error[/]: {escape(printable(e))}", highlight=False,
+                              soft_wrap=True)
                     continue
                 atomic_write_bytes(path, _render([page], args.format, cfg))
             else:
@@ -220,11 +236,8 @@ def run(args: argparse.Namespace) -> int:
         data = _render(pages, args.format, cfg) if pages else b""
         if args.output:
             atomic_write_bytes(args.output, data)
-        elif exporter.binary:
-            sys.stdout.flush()
-            sys.stdout.buffer.write(data)
         else:
-            sys.stdout.write(data.decode("utf-8"))
+            _write_stdout(data, exporter.binary)
     if failed:
         err.print(f"{failed} input(s) failed", highlight=False)
         return 1
