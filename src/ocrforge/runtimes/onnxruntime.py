@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from ocrforge.config import RuntimeConfig
+
+if os.environ.get("ORT_DISABLE_TELEMETRY", "1") != "0":  # ocrforge/__init__.py sets it
+    ort.disable_telemetry_events()  # for when onnxruntime was imported before ocrforge
 
 _PROVIDER_ALIASES = {
     "cpu": "CPUExecutionProvider",
