@@ -1,4 +1,5 @@
-"""ASGI middleware around every route: request id, API key, metrics, a JSON 500."""
+"""ASGI middleware around every route: request id, Host check, API key, security headers,
+metrics, a JSON 500."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ocrforge.server.errors import ApiError
+from ocrforge.server.guards import host_allowed, security_headers
 from ocrforge.server.service import ServiceState
 
 log = logging.getLogger("ocrforge.server")
@@ -43,13 +45,19 @@ def authorized(headers: Headers, key: str | None) -> bool:
 
 
 class ServiceMiddleware:
-    """Request id, API key, metrics, and a JSON 500 for anything unexpected."""
+    """Request id, Host check, API key, security headers, metrics, and a JSON 500 for
+    anything unexpected."""
 
     def __init__(self, app: ASGIApp, state: ServiceState):
         self.app = app
         self.state = state
+        self.allowed_hosts = frozenset(h.strip().lower().rstrip(".")
+                                       for h in state.settings.allowed_hosts)
 
     def _refusal(self, path: str, headers: Headers) -> ApiError | None:
+        if not host_allowed(headers.get("host"), self.allowed_hosts):
+            return ApiError(400, "invalid_host", "Host header not allowed: this server answers "
+                            "to localhost, IP addresses and the names given with --allow-host")
         if path not in PUBLIC_PATHS and not authorized(headers, self.state.settings.api_key):
             return ApiError(401, "unauthorized", "missing or wrong API key: send it as "
                             "'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
@@ -74,7 +82,10 @@ class ServiceMiddleware:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 started[0] = True
-                MutableHeaders(scope=message)["X-Request-ID"] = rid
+                out = MutableHeaders(scope=message)
+                out["X-Request-ID"] = rid
+                for k, v in security_headers(path).items():
+                    out.setdefault(k, v)
             await send(message)
 
         metrics = self.state.metrics

@@ -173,6 +173,10 @@ async def serve_ocr(request: Request, state: ServiceState, batcher: Batcher, hol
     key = (bucket_det_limit(det_limit) if det_limit else default_limit,
            default_cls if use_cls is None else use_cls)
     found = await probe_upload(state, batcher, upload.data)
+    max_pages = batcher.engines[0].config.limits.max_pdf_pages
+    if found.kind == "pdf" and found.pages > max_pages:  # before admission: waiting cannot help
+        raise ApiError(422, "too_many_pages", f"{upload.source}: PDF has {found.pages} pages, "
+                       f"over the limit of {max_pages}")
     reservation = admit(batcher, found, key, limit_s - (time.perf_counter() - t0), upload.source)
     state.admitted_requests += 1
     try:

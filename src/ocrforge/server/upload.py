@@ -4,6 +4,7 @@ options, checked with a clear message each."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
@@ -48,13 +49,21 @@ class UploadHold:
         self.held = 0
 
 
+DRAIN_S = 1.0  # how long a refused body is read and dropped before the answer
+
+
 async def _drain(stream: AsyncIterator[bytes], cap: int) -> None:
-    """Read and drop the rest of a body (up to ``cap``) so the client can read our answer."""
+    """Read and drop the rest of a body (up to ``cap`` bytes and ``DRAIN_S`` seconds), so a
+    client still sending can read our answer; a slow one gets it after DRAIN_S at most."""
     n = 0
-    async for more in stream:
-        n += len(more)
-        if n > cap:
-            break
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for more in stream:
+                n += len(more)
+                if n > cap:
+                    break
+    except TimeoutError:
+        pass
 
 
 async def _limited(stream: AsyncIterator[bytes], limit: int,
@@ -65,36 +74,31 @@ async def _limited(stream: AsyncIterator[bytes], limit: int,
         if hold is not None and n > hold.held:
             try:
                 hold.take(n - hold.held)
-            except ApiError:
+            except ApiError as e:
                 await _drain(stream, 4 * limit)
+                e.headers["Connection"] = "close"
                 raise
         if n > limit:
-            # read and drop the rest (up to a cap) so the client is able to read our answer
-            async for more in stream:
-                n += len(more)
-                if n > 4 * limit:
-                    break
+            await _drain(stream, 4 * limit)
             raise ApiError(413, "payload_too_large",
-                           f"upload is over the server's limit of {limit:,} bytes")
+                           f"upload is over the server's limit of {limit:,} bytes",
+                           {"Connection": "close"})
         yield chunk
 
 
 async def read_upload(request: Request, limit: int,
                       hold: UploadHold | None = None) -> tuple[bytes, str, dict[str, str]]:
-    """(data, source name, form fields) from a multipart upload or a raw body; the bytes read
-    are taken from ``hold``'s budget (all of Content-Length at once when it is given)."""
+    """(data, source name, form fields) from a multipart upload or a raw body; the bytes are
+    taken from ``hold``'s budget as they arrive (not as Content-Length announces them: a slow
+    client announcing a large body must not hold the budget it has not sent)."""
     clen = request.headers.get("content-length", "")
     if clen.isdigit() and int(clen) > limit:
-        if int(clen) <= 4 * limit:
+        # answered at once (a client waiting for 100-continue has sent nothing), else after
+        # at most DRAIN_S of reading, and the connection closed: never the request timeout
+        if "100-continue" not in request.headers.get("expect", "").lower():
             await _drain(request.stream(), 4 * limit)
-        raise ApiError(413, "payload_too_large",
-                       f"upload of {int(clen):,} bytes is over the server's limit of {limit:,} bytes")
-    if hold is not None and clen.isdigit():
-        try:
-            hold.take(int(clen))
-        except ApiError:
-            await _drain(request.stream(), 4 * limit)
-            raise
+        raise ApiError(413, "payload_too_large", f"upload of {int(clen):,} bytes is over the "
+                       f"server's limit of {limit:,} bytes", {"Connection": "close"})
     ctype = request.headers.get("content-type", "").lower()
     stream = _limited(request.stream(), limit, hold)
     if not ctype.startswith("multipart/form-data"):
