@@ -154,3 +154,20 @@ def test_5000_page_pdf_is_too_many_pages_even_when_it_would_not_fit_the_timeout(
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["kind"] == "too_many_pages" and "5000 pages" in err["message"]
+
+
+def test_byte_budget_counts_received_bytes_and_the_oldest_upload_progresses():
+    from ocrforge.server.admission import ByteBudget
+
+    b = ByteBudget(10)
+    old, young, slow = b.open(), b.open(), b.open()
+    assert b.take(slow, 1)  # a slow client holds what it sent, nothing more
+    assert b.take(old, 4) and b.take(young, 4)
+    assert b.take(old, 4)  # does not fit: the younger uploads still receiving give theirs back
+    assert young.evicted and slow.evicted and b.used == 8
+    assert not b.take(young, 1)  # its request is answered 429
+    assert b.received(old)
+    late = b.open()
+    assert not b.take(late, 3)  # a finished upload is not evicted
+    b.release(old)
+    assert b.take(late, 30) and b.used == 30  # one upload is always let in

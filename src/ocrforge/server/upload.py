@@ -30,23 +30,33 @@ def safe_name(name: str | None) -> str:
 
 
 class UploadHold:
-    """Upload bytes this request holds in the server-wide budget (429 when it is spent)."""
+    """Upload bytes this request holds in the server-wide budget, taken as they arrive
+    (429 when they do not fit, or when an older upload needed them: see ByteBudget)."""
 
     def __init__(self, budget: ByteBudget, retry_after: int):
         self.budget = budget
         self.retry_after = retry_after
-        self.held = 0
+        self.share = budget.open()
+
+    @property
+    def held(self) -> int:
+        return self.share.held
+
+    def _refused(self) -> ApiError:
+        return ApiError(429, "overloaded", f"uploads in flight hold the server's limit of "
+                        f"{self.budget.limit:,} bytes; retry after {self.retry_after} s",
+                        {"Retry-After": str(self.retry_after), "Connection": "close"})
 
     def take(self, n: int) -> None:
-        if not self.budget.take(n):
-            raise ApiError(429, "overloaded", f"uploads in flight hold the server's limit of "
-                           f"{self.budget.limit:,} bytes; retry after {self.retry_after} s",
-                           {"Retry-After": str(self.retry_after)})
-        self.held += n
+        if not self.budget.take(self.share, n):
+            raise self._refused()
+
+    def received(self) -> None:
+        if not self.budget.received(self.share):
+            raise self._refused()
 
     def release(self) -> None:
-        self.budget.give(self.held)
-        self.held = 0
+        self.budget.release(self.share)
 
 
 DRAIN_S = 1.0  # how long a refused body is read and dropped before the answer
@@ -74,9 +84,8 @@ async def _limited(stream: AsyncIterator[bytes], limit: int,
         if hold is not None and n > hold.held:
             try:
                 hold.take(n - hold.held)
-            except ApiError as e:
+            except ApiError:
                 await _drain(stream, 4 * limit)
-                e.headers["Connection"] = "close"
                 raise
         if n > limit:
             await _drain(stream, 4 * limit)
@@ -84,6 +93,8 @@ async def _limited(stream: AsyncIterator[bytes], limit: int,
                            f"upload is over the server's limit of {limit:,} bytes",
                            {"Connection": "close"})
         yield chunk
+    if hold is not None:
+        hold.received()  # 429 if an older upload took its bytes back meanwhile
 
 
 async def read_upload(request: Request, limit: int,
