@@ -106,6 +106,9 @@ class RuntimeConfig(_Section):
     execution_mode: Literal["sequential", "parallel"] = "sequential"
     enable_mem_pattern: bool = True
     enable_cpu_mem_arena: bool = True
+    # give the CPU arena's unused chunks back after every run (ORT run option
+    # memory.enable_memory_arena_shrinkage); see docs/BENCHMARKS.md "Memory on A4 pages"
+    shrink_arena: bool = True
     allow_spinning: bool = True  # ORT threads busy-wait between ops (fast alone, costly overlapped)
 
     @field_validator("device")

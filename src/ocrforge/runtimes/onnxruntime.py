@@ -83,7 +83,11 @@ class OrtRuntime:
         )
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
+        self.run_options = None
+        if cfg.shrink_arena and cfg.enable_cpu_mem_arena:
+            self.run_options = ort.RunOptions()
+            self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def run(self, batch: np.ndarray) -> np.ndarray:
-        out = self.session.run([self.output_name], {self.input_name: batch})[0]
+        out = self.session.run([self.output_name], {self.input_name: batch}, self.run_options)[0]
         return out if out.dtype == np.float32 else out.astype(np.float32)
