@@ -104,7 +104,7 @@ class RuntimeConfig(_Section):
     inter_op_threads: int = Field(0, ge=0)
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     execution_mode: Literal["sequential", "parallel"] = "sequential"
-    enable_mem_pattern: bool = True
+    enable_mem_pattern: bool = False  # off: recognition shapes vary (docs/BENCHMARKS.md, memory)
     enable_cpu_mem_arena: bool = True
     # give the CPU arena's unused chunks back after every run (ORT run option
     # memory.enable_memory_arena_shrinkage); see docs/BENCHMARKS.md "Memory on A4 pages"
