@@ -29,8 +29,7 @@ from ocrforge.config import ReadOptions  # noqa: E402
 from ocrforge.engine import OCR  # noqa: E402
 from ocrforge.io.inputs import PageImage  # noqa: E402
 from ocrforge.server.admission import PAGE_OVERHEAD, page_units  # noqa: E402
-from ocrforge.server.app import _warmup_image  # noqa: E402
-from ocrforge.stages.detect import resize_shape  # noqa: E402
+from ocrforge.server.service import _warmup_image  # noqa: E402
 
 
 def text_page(lines: list[str], width: int) -> PageImage:
@@ -48,7 +47,6 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     eng = OCR()
-    d = eng.config.det
     cases = {
         "warm-up 480x160": _warmup_image(),
         "1 line 320x104": text_page(["Burst 42"], 320),
@@ -72,8 +70,8 @@ def main() -> int:
     full, det_only = [], []
     for (name, lim), v in times.items():
         p = cases[name]
-        u = page_units(p.width, p.height, lim, d.min_side, d.max_upscale)
-        h, w = resize_shape(p.height, p.width, lim, "max", d.min_side, d.max_upscale)
+        h, w = eng.det_shape(p.width, p.height, lim)
+        u = page_units(p.width, p.height, (h, w))
         u0 = PAGE_OVERHEAD + h * w / 1e6
         t = statistics.median(v)
         full.append(t / u)

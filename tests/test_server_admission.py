@@ -73,9 +73,14 @@ def test_page_limit_and_measured_speed():
 
 
 def test_page_units_follow_the_detection_resize():
-    small = page_units(240, 104, 2048, 736, 1.6)
-    a4 = page_units(1700, 2200, 2048, 736, 1.6)
-    a4_640 = page_units(1700, 2200, 640, 736, 1.6)
+    from ocrforge.stages.detect import resize_shape
+
+    def units(w: int, h: int, limit: int) -> float:
+        return page_units(w, h, resize_shape(h, w, limit, "max", 736, 1.6))
+
+    small = units(240, 104, 2048)
+    a4 = units(1700, 2200, 2048)
+    a4_640 = units(1700, 2200, 640)
     assert small < a4_640 < a4
     assert a4 == pytest.approx(0.05 + 1582 * 2048 / 1e6 + 0.7 * (1700 * 2200 / 1e6) ** 0.5, rel=0.02)
 

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from ocrforge.paths import OutputError, printable
+
 COMMANDS = [
     "ocrforge.commands.read",
     "ocrforge.commands.batch",
@@ -133,9 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OutputError as e:  # disk full, read-only folder: the path and the reason
+        print(f"ocrforge: error: {e}", file=sys.stderr)
+        return 1
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         # configuration / model-file problems: one clear line, no traceback
-        print(f"ocrforge: error: {e}", file=sys.stderr)
+        print(f"ocrforge: error: {printable(e)}", file=sys.stderr)
         return 2
 
 

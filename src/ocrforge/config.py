@@ -11,6 +11,7 @@ Old flat names (``det_limit_side=960``, ``use_cls=True``, ``intra_op_threads=1``
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -20,7 +21,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ocrforge.models.registry import DEFAULT_MODEL_SET, get_model_set
-from ocrforge.paths import cache_dir  # noqa: F401  (re-exported: one cache folder)
+from ocrforge.paths import (
+    OutputError,
+    cache_dir,  # noqa: F401  (re-exported: one cache folder)
+)
+
+TEMP_SUFFIX = ".tmp"  # atomic_write_bytes: .NAME.PID.XXXXXXXX.tmp
 
 Precision = Literal["fp32", "fp16", "int8", "int8-dynamic"]
 
@@ -98,8 +104,11 @@ class RuntimeConfig(_Section):
     inter_op_threads: int = Field(0, ge=0)
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     execution_mode: Literal["sequential", "parallel"] = "sequential"
-    enable_mem_pattern: bool = True
+    enable_mem_pattern: bool = False  # off: recognition shapes vary (docs/BENCHMARKS.md, memory)
     enable_cpu_mem_arena: bool = True
+    # give the CPU arena's unused chunks back after every run (ORT run option
+    # memory.enable_memory_arena_shrinkage); see docs/BENCHMARKS.md "Memory on A4 pages"
+    shrink_arena: bool = True
     allow_spinning: bool = True  # ORT threads busy-wait between ops (fast alone, costly overlapped)
 
     @field_validator("device")
@@ -440,10 +449,16 @@ def load_profile(path: str | os.PathLike[str]) -> EngineConfig:
 # ---------------------------------------------------------------------- atomic writes
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write to a temp file in the same folder, then rename: never a half-written file.
-    The file gets the mode a plain open() would give it (0666 minus the umask)."""
+    The file gets the mode a plain open() would give it (0666 minus the umask). Any OSError
+    is an ``OutputError`` naming ``path``; temp files a killed writer left for ``path`` are
+    removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                                   suffix=TEMP_SUFFIX)
+    except OSError as e:
+        raise OutputError(path, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -451,12 +466,40 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise OutputError(path, e) from None
         raise
+    remove_stale_temps(path)
+
+
+def remove_stale_temps(path: Path) -> int:
+    """Delete ``.NAME.PID.XXXX.tmp`` files next to ``path`` whose writer is gone (killed)."""
+    n = 0
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TEMP_SUFFIX}"):
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):  # a writer still at work
+            continue
+        try:
+            tmp.unlink()
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -157,6 +157,11 @@ class OCR:
                             max_pdf_pages=lim.max_pdf_pages, pages=lim.pages, rgb=rgb,
                             max_pages=max_pages)
 
+    def det_shape(self, width: int, height: int, det_limit: int | None = None) -> tuple[int, int]:
+        """Detector input (height, width) for a page of ``width`` x ``height`` pixels: how
+        much work detection does on it (``det_limit`` overrides the long-side cap)."""
+        return self.runner.det_prep.shape(max(1, height), max(1, width), det_limit)
+
     def gpu_scheduler(self, det_limit: int | None = None) -> Any:
         """The GPU scheduler for one detection-limit bucket (created once, kept; at most
         len(DET_LIMIT_BUCKETS) of them)."""

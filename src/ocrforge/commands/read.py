@@ -6,11 +6,13 @@ import argparse
 import re
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from ocrforge.cli import add_engine_options, engine_config_from_args
 from ocrforge.io.exporters import EXPORTERS, export_pages
+from ocrforge.paths import OutputError, printable
 
 STDIN = "-"
 STDIN_SOURCE = "<stdin>"
@@ -68,6 +70,18 @@ def _write_document(target: Path, pages: list, fmt: str, cfg, failures: list[str
     data = _render(pages, fmt, cfg, failures)
     if data is not None:
         atomic_write_bytes(target, data)
+
+
+def _write_stdout(data: bytes, binary: bool) -> None:
+    try:
+        if binary:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+    except OSError as e:  # stdout redirected to a full disk
+        raise OutputError("<stdout>", e) from None
 
 
 def output_names(files: list[str], roots: list[str]) -> dict[str, Path]:
@@ -239,21 +253,22 @@ def run(args: argparse.Namespace) -> int:
     failures: list[str] = []  # pages left out of an export
     multi = len(files) > 1 or Path(files[0]).suffix.lower() in (".pdf", ".tif", ".tiff")
     show = not args.no_progress and multi
+    # closing: an output error (disk full) stops the engine's threads before it propagates
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("pages"), TimeRemainingColumn(), console=err, disable=not show,
-                  transient=False) as progress:
+                  transient=False) as progress, closing(_pages(cfg, files, bad)) as stream:
         # pages, not inputs (a 40-page PDF is 40 steps); an unreadable input or stdin is one
         total = sum(c.selected for c in counts.values()) + len(files) - len(counts)
         task = progress.add_task("OCR", total=total)
         k = done = 0
-        for page in _pages(cfg, files, bad):
+        for page in stream:
             k = _owner(files, k, page)
             done += 1
             progress.update(task, completed=done, total=max(total, done))  # stdin: any pages
             if not page.ok:
                 failed += 1
-                err.print(f"[red]error[/]: {escape(page.source)}: {escape(str(page.error))}",
-                          highlight=False)
+                err.print(f"[red]error[/]: {escape(printable(page.source))}: "
+                          f"{escape(printable(page.error))}", highlight=False, soft_wrap=True)
                 if args.format != "json":
                     continue
                 # in JSON the failed page keeps its place: source = the input, page = its number
@@ -271,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
                     path = outputs.path(files[k], page.page_index)
                 except FileExistsError as e:
                     failed += 1
-                    err.print(f"[red]error[/]: {escape(str(e))}", highlight=False)
+                    err.print(f"[red]error[/]: {escape(printable(e))}", highlight=False,
+                              soft_wrap=True)
                     continue
                 data = _render([page], args.format, cfg, failures)
                 if data is not None:
@@ -287,11 +303,8 @@ def run(args: argparse.Namespace) -> int:
             pass
         elif args.output:
             atomic_write_bytes(args.output, data)
-        elif exporter.binary:
-            sys.stdout.flush()
-            sys.stdout.buffer.write(data)
         else:
-            sys.stdout.write(data.decode("utf-8"))
+            _write_stdout(data, exporter.binary)
     for msg in failures:
         err.print(f"[red]error[/]: {escape(msg)} (left out of the {args.format} output)",
                   highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from ocrforge.cli import add_engine_options, engine_config_from_args
 
@@ -47,8 +48,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--max-det-limit", type=int, default=4096,
                    help="largest det_limit a request may ask for (default 4096)")
     b.add_argument("--decode-threads", type=int, default=2, help="image/PDF decode threads")
-    b.add_argument("--api-key", help="require this key (else env OCRFORGE_API_KEY) on every "
-                   "endpoint but /healthz and /readyz")
+    g = p.add_argument_group("access")
+    g.add_argument("--api-key-file", metavar="FILE",
+                   help="require the key in FILE (its first line) on every endpoint but "
+                   "/healthz and /readyz; or set OCRFORGE_API_KEY")
+    g.add_argument("--api-key", help="the key itself (shows in the process list: prefer "
+                   "--api-key-file or OCRFORGE_API_KEY)")
+    g.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a Host name the server answers to besides localhost and IP addresses "
+                   "(repeat, or '*' for any); other names get 400 (DNS rebinding)")
+    g.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send a request's headers (default 10)")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
     b.add_argument("--gpu-pipeline", action="store_true",
                    help="torch on CUDA: run each batch through the engine's streaming GPU pipeline "
@@ -58,6 +68,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-access-log", action="store_true", help="no per-request log lines")
     add_engine_options(p)
     p.set_defaults(func=run)
+
+
+def api_key_from_args(args: argparse.Namespace) -> str | None:
+    """--api-key-file, else --api-key (with a warning: argv is world-readable), else the
+    environment's OCRFORGE_API_KEY."""
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise ValueError(f"--api-key-file {args.api_key_file}: {e.strerror}") from None
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise ValueError(f"--api-key-file {args.api_key_file}: the file is empty")
+        return key
+    if args.api_key:
+        print("ocrforge: warning: --api-key shows the key in the process list (ps, /proc); "
+              "use --api-key-file FILE or OCRFORGE_API_KEY", file=sys.stderr)
+        return args.api_key
+    return os.environ.get("OCRFORGE_API_KEY") or None
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -85,7 +114,9 @@ def settings_from_args(args: argparse.Namespace):
         max_pdf_pages=args.max_pdf_pages,
         max_det_limit=args.max_det_limit,
         decode_threads=args.decode_threads,
-        api_key=args.api_key or os.environ.get("OCRFORGE_API_KEY") or None,
+        api_key=api_key_from_args(args),
+        allowed_hosts=[h for a in args.allow_host for h in a.split(",") if h.strip()],
+        header_timeout_s=args.header_timeout,
         warmup=not args.no_warmup,
         gpu_pipeline=args.gpu_pipeline,
     )
@@ -98,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ocrforge.server.app import create_app
+        from ocrforge.server.guards import header_timeout_protocol
     except ImportError as e:
         print(f"ocrforge: error: serving needs the 'serve' extra ({e.name} is missing): "
               "pip install 'ocrforge[serve]'", file=sys.stderr)
@@ -112,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"ocrforge: serving on http://{args.host}:{args.port} ({auth}); demo page at /, "
           "API docs at /docs", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                http=header_timeout_protocol(settings.header_timeout_s),
                 access_log=not args.no_access_log,
                 timeout_graceful_shutdown=int(settings.request_timeout_s) + 5)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,10 @@ import numpy as np
 from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 Image.MAX_IMAGE_PIXELS = None  # we enforce our own limit (max_pixels) with a clear error
+# Pillow warns (UserWarning, with its site-packages path) about damaged but readable metadata,
+# e.g. "Tag data larger than file": noise on stderr and in the server log for a page that
+# reads fine; a page that does not read is an InputError naming it.
+warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".pbm", ".pgm", ".ppm"}
 PDF_EXTS = {".pdf"}
@@ -102,20 +107,23 @@ def iter_pages(
     source: str | None = None,
     rgb: bool = False,
     pages: str | None = None,
+    skip: Callable[[int], bool] | None = None,
 ) -> Iterator[PageImage]:
     """Yield every page of an input: one for an image, one per frame/page for TIFF and PDF.
 
     ``rgb`` says a numpy array input is RGB (the default assumes BGR, OpenCV's order).
     ``pages`` selects pages of multi-page inputs ("1-5,8", 1-based); ``"-"`` reads stdin.
+    ``skip(index)`` true: that page is left out without being rendered (a resumed job's done
+    pages); unlike ``pages`` it does not change what the page limit counts.
     Pages are decoded one at a time, as they are consumed.
     """
     wanted = parse_page_range(pages) if pages else None
-    yield from _iter_pages(item, max_pixels, pdf_dpi, max_pdf_pages, source, rgb, wanted)
+    yield from _iter_pages(item, max_pixels, pdf_dpi, max_pdf_pages, source, rgb, wanted, skip)
 
 
 def _iter_pages(item: Any, max_pixels: int, pdf_dpi: int, max_pdf_pages: int,
-                source: str | None, rgb: bool, wanted: Callable[[int], bool] | None
-                ) -> Iterator[PageImage]:
+                source: str | None, rgb: bool, wanted: Callable[[int], bool] | None,
+                skip: Callable[[int], bool] | None = None) -> Iterator[PageImage]:
     if isinstance(item, str) and item == "-":
         source = source or "<stdin>"
         item = sys.stdin.buffer.read()
@@ -147,12 +155,12 @@ def _iter_pages(item: Any, max_pixels: int, pdf_dpi: int, max_pdf_pages: int,
         raise InputError(name, "empty file (0 bytes)", "empty")
     kind = sniff(data)
     if kind == "pdf":
-        yield from _pdf_pages(data, name, pdf_dpi, max_pixels, max_pdf_pages, wanted)
+        yield from _pdf_pages(data, name, pdf_dpi, max_pixels, max_pdf_pages, wanted, skip)
         return
     if kind == "unknown":
         raise InputError(name, "not a supported image or PDF (unrecognised content)", "unsupported")
     for p in _image_pages(data, name, kind, max_pixels):
-        if wanted is None or wanted(p.index):
+        if (wanted is None or wanted(p.index)) and not (skip and skip(p.index)):
             yield p
 
 
@@ -280,7 +288,7 @@ def _array_to_bgr(arr: np.ndarray, name: str, max_pixels: int, rgb: bool) -> np.
 
 def _pdf_pages(
     data: bytes, name: str, dpi: int, max_pixels: int, max_pages: int,
-    wanted: Callable[[int], bool] | None = None,
+    wanted: Callable[[int], bool] | None = None, skip: Callable[[int], bool] | None = None,
 ) -> Iterator[PageImage]:
     import pypdfium2 as pdfium
 
@@ -300,6 +308,8 @@ def _pdf_pages(
             raise InputError(name, f"none of the PDF's {n} pages is in the page range", "empty")
         scale = dpi / 72.0
         for i in selected:
+            if skip is not None and skip(i):
+                continue
             pname = f"{name} [page {i + 1}]"
             try:
                 page = doc[i]

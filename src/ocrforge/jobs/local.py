@@ -18,6 +18,7 @@ import os
 import queue
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from ocrforge.jobs.pages import InputFailed, PageTask, count_pages, input_events
 from ocrforge.jobs.progress import JobProgress
 from ocrforge.jobs.recorder import JobRecorder, JobSummary
 from ocrforge.jobs.store import PageStore
+from ocrforge.paths import printable
 
 
 def run_job(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str], *,
@@ -75,8 +77,10 @@ def run_job(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.Path
 
         bar = JobProgress(sum(expected.values()), enabled=progress, console=console)
         rec = JobRecorder(store, bar, expected)
-        with bar:
-            for page in engine.read_many(images(), batch_pages=1):
+        # closing: an error in a write (disk full) stops the engine's threads before it
+        # reaches the caller, never at interpreter exit
+        with bar, closing(engine.read_many(images(), batch_pages=1)) as stream:
+            for page in stream:
                 _drain(events, rec)
                 task = pending.popleft()
                 if page.ok:
@@ -102,14 +106,14 @@ def _drain(events: queue.Queue, rec: JobRecorder) -> None:
 def format_summary(s: JobSummary) -> str:
     """A few lines for people: counts, rate, then every failure."""
     lines = [f"{s.pages_read} page(s) read, {s.pages_skipped} already done (skipped), "
-             f"{len(s.failures)} failure(s); {s.pages_per_s:.2f} pages/s; output in {s.output_dir}"]
+             f"{len(s.failures)} failure(s); {s.pages_per_s:.2f} pages/s; output in {printable(s.output_dir)}"]
     if s.temp_files_removed:
         lines.append(f"removed {s.temp_files_removed} temp file(s) left by an interrupted job")
     if s.duplicates:
         lines.append(f"{s.duplicates} duplicate result(s) from retried tasks ignored")
     for f in s.failures:
         where = f" [page {f['page'] + 1}]" if f.get("page") is not None else ""
-        lines.append(f"error: {f['source']}{where}: {f['error']}")
+        lines.append(f"error: {printable(f['source'])}{where}: {printable(f['error'])}")
     return "\n".join(lines)
 
 

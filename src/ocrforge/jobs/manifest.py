@@ -18,10 +18,13 @@ Records (``status``):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from ocrforge.paths import OutputError
 
 MANIFEST_NAME = "manifest.jsonl"
 
@@ -69,8 +72,13 @@ class Manifest:
 
     def append(self, rec: dict[str, Any]) -> None:
         line = json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n"
-        os.write(self._fd, line.encode("utf-8"))
-        os.fsync(self._fd)
+        try:  # a short write (disk full) leaves a torn last line: cut off on the next open
+            data = line.encode("utf-8")
+            if os.write(self._fd, data) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(self._fd)
+        except OSError as e:
+            raise OutputError(self.path, e) from None
         self._index(rec)
 
     def page_done(self, name: str, sha256: str, config: str) -> bool:

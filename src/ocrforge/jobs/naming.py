@@ -21,7 +21,8 @@ from typing import Any
 # thread counts (or a Ray actor, which sets its own) still resumes the same outputs.
 EXECUTION_KEYS = frozenset({
     "intra_op_threads", "inter_op_threads", "det_threads", "rec_threads", "allow_spinning",
-    "execution_mode", "enable_mem_pattern", "enable_cpu_mem_arena", "workers", "queue_size",
+    "execution_mode", "enable_mem_pattern", "enable_cpu_mem_arena", "shrink_arena", "workers",
+    "queue_size",
     "pipeline",
 })
 

@@ -95,22 +95,38 @@ def input_events(data: bytes, source: str, rel: str, *,
     if n is not None:
         yield InputSkipped(source, rel, n)
         return
-    k = 0
+    k = 0  # pages handled (the next page's index)
     emitted = 0
+    skipped: list[int] = []  # done pages passed over, in order, not rendered
+
+    def skip(i: int) -> bool:
+        if page_done(page_name(rel, i, total), sha):
+            skipped.append(i)
+            return True
+        return False
+
+    def passed_over() -> Iterator[PageSkipped]:
+        nonlocal k
+        for i in skipped:
+            k = i + 1
+            yield PageSkipped(source, rel, i)
+        skipped.clear()
+
     try:
         total = io_count_pages(data).total
         for p in iter_pages(data, source=source, pdf_dpi=pdf_dpi, max_pixels=max_pixels,
-                            max_pdf_pages=max_pdf_pages):
-            if page_done(page_name(rel, p.index, total), sha):
-                yield PageSkipped(source, rel, p.index)
-            else:
-                emitted += 1
-                yield PageTask(source, rel, p.index, sha, p.image, total)
-            k += 1
+                            max_pdf_pages=max_pdf_pages, skip=skip):
+            yield from passed_over()
+            emitted += 1
+            yield PageTask(source, rel, p.index, sha, p.image, total)
+            k = p.index + 1
+        yield from passed_over()
     except InputError as e:
+        yield from passed_over()
         yield InputFailed(source, k if k else None, sha, e.reason)
         return
     except Exception as e:  # a decoder bug is still this input's failure, not the job's
+        yield from passed_over()
         yield InputFailed(source, k if k else None, sha, f"cannot read ({type(e).__name__}: {e})")
         return
     yield InputEnd(source, rel, sha, k, emitted)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrforge.jobs.manifest import MANIFEST_NAME, Manifest, _fsync_dir
+from ocrforge.paths import OutputError
 
 TEMP_SUFFIX = ".ocrforge-tmp"
 LOCK_NAME = ".ocrforge.lock"
@@ -37,10 +38,16 @@ class PageStore:
         self.config = config_hash
         if self.root.exists() and not self.root.is_dir():
             raise ValueError(f"output {self.root} exists and is not a folder")
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _lock(self.root / LOCK_NAME)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock(self.root / LOCK_NAME)
+        except OSError as e:
+            raise OutputError(self.root, e) from None
         self.removed_temp_files = remove_stale_temp_files(self.root)
-        self.manifest = Manifest(self.root / MANIFEST_NAME)
+        try:
+            self.manifest = Manifest(self.root / MANIFEST_NAME)
+        except OSError as e:
+            raise OutputError(self.root / MANIFEST_NAME, e) from None
 
     # ------------------------------------------------------------------ queries
     def page_done(self, name: str, sha256: str) -> bool:
@@ -67,7 +74,10 @@ class PageStore:
                    doc: dict[str, Any], text: str) -> None:
         """Write one page's JSON and text, then record it as done."""
         json_path, txt_path = self.output_paths(name)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(json_path.parent, e) from None
         write_atomic(json_path, (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode())
         write_atomic(txt_path, (text + "\n").encode())
         _fsync_dir(json_path.parent)
@@ -99,7 +109,8 @@ class PageStore:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file (our own name pattern, see remove_stale_temp_files) + fsync + rename."""
+    """Temp file (our own name pattern, see remove_stale_temp_files) + fsync + rename; any
+    OSError is an OutputError naming ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
     try:
         with open(tmp, "wb") as f:
@@ -107,11 +118,13 @@ def write_atomic(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise OutputError(path, e) from None
         raise
 
 

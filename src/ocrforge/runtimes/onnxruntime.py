@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from ocrforge.config import RuntimeConfig
+
+if os.environ.get("ORT_DISABLE_TELEMETRY", "1") != "0":  # ocrforge/__init__.py sets it
+    ort.disable_telemetry_events()  # for when onnxruntime was imported before ocrforge
 
 _PROVIDER_ALIASES = {
     "cpu": "CPUExecutionProvider",
@@ -79,7 +83,11 @@ class OrtRuntime:
         )
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
+        self.run_options = None
+        if cfg.shrink_arena and cfg.enable_cpu_mem_arena:
+            self.run_options = ort.RunOptions()
+            self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def run(self, batch: np.ndarray) -> np.ndarray:
-        out = self.session.run([self.output_name], {self.input_name: batch})[0]
+        out = self.session.run([self.output_name], {self.input_name: batch}, self.run_options)[0]
         return out if out.dtype == np.float32 else out.astype(np.float32)

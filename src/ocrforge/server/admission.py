@@ -20,8 +20,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ocrforge.stages.detect import resize_shape
-
 # The constants were fitted on the 2-core VM with benchmarks/serve_cost_model.py (a 480x160
 # warm-up page, a one-line 320x104 image, a three-line 900x232 image and a twelve-line 1700x2200
 # letter page, each at det_limit 640, 960 and 2048): engine seconds per unit then spread 2.2x
@@ -36,12 +34,11 @@ TEXT_MPX_CAP = 4.0  # ... counted up to this many megapixels (a phone photo hold
 EMA_WEIGHT = 0.2  # weight of the newest batch in unit_s
 
 
-def page_units(width: int, height: int, det_limit: int, min_side: int = 0,
-               max_upscale: float = 1.0) -> float:
-    """Work units of one page of width x height read at ``det_limit``."""
-    h, w = resize_shape(max(1, height), max(1, width), det_limit, "max", min_side, max_upscale)
+def page_units(width: int, height: int, det_shape: tuple[int, int]) -> float:
+    """Work units of one page of width x height whose detector input is ``det_shape`` (h, w),
+    as the engine answers it (``OCR.det_shape``) for the request's det_limit."""
     text = TEXT_PER_SQRT_MPX * math.sqrt(min(width * height / 1e6, TEXT_MPX_CAP))
-    return PAGE_OVERHEAD + h * w / 1e6 + text
+    return PAGE_OVERHEAD + det_shape[0] * det_shape[1] / 1e6 + text
 
 
 class Overloaded(Exception):
@@ -207,20 +204,66 @@ class Admission:
 
 
 class ByteBudget:
-    """Upload bytes held in memory at once, over all requests (event-loop side)."""
+    """Upload bytes held in memory at once, over all requests, counted as they are *received*
+    (not as Content-Length announces them: a slow client announcing a large body holds only
+    what it has sent).
+
+    When a chunk does not fit, uploads that started later and are still being received give
+    their bytes back (``evicted``; their requests are answered 429), so the oldest upload
+    always progresses and concurrent uploads cannot starve each other half-way. One upload is
+    always let in, whatever its size (``max_upload_bytes`` bounds it)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.used = 0
         self._lock = threading.Lock()
+        self._seq = 0
+        self._receiving: dict[int, UploadShare] = {}
 
-    def take(self, n: int) -> bool:
+    def open(self) -> UploadShare:
         with self._lock:
-            if self.used + n > self.limit and self.used > 0:
+            self._seq += 1
+            share = UploadShare(self._seq)
+            self._receiving[share.seq] = share
+            return share
+
+    def take(self, share: UploadShare, n: int) -> bool:
+        """Add ``n`` received bytes to ``share``; False if they do not fit (or it was evicted)."""
+        with self._lock:
+            if share.evicted:
+                return False
+            younger = sorted((s for s in self._receiving.values()
+                              if s.seq > share.seq and s.held), key=lambda s: -s.seq)
+            while self.used + n > self.limit and self.used > share.held and younger:
+                victim = younger.pop(0)
+                self.used -= victim.held
+                victim.held = 0
+                victim.evicted = True
+                self._receiving.pop(victim.seq, None)
+            if self.used + n > self.limit and self.used > share.held:
                 return False
             self.used += n
+            share.held += n
             return True
 
-    def give(self, n: int) -> None:
+    def received(self, share: UploadShare) -> bool:
+        """The whole body is in: its bytes stay held but can no longer be evicted. False if it
+        was evicted before that."""
         with self._lock:
-            self.used -= n
+            self._receiving.pop(share.seq, None)
+            return not share.evicted
+
+    def release(self, share: UploadShare) -> None:
+        with self._lock:
+            self._receiving.pop(share.seq, None)
+            self.used -= share.held
+            share.held = 0
+
+
+@dataclass
+class UploadShare:
+    """One request's part of a ByteBudget."""
+
+    seq: int
+    held: int = 0
+    evicted: bool = False

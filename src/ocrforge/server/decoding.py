@@ -31,6 +31,7 @@ _MULTI_FRAME = ("tiff", "gif", "webp")
 class Probe:
     kind: str  # as sniffed: png, jpeg, pdf, ..., "unknown" or "empty"
     sizes: list[tuple[int, int]]  # (width, height) of each page; (0, 0) where unknown
+    pages: int = 0  # the document's page count where known (PDF), else len(sizes)
 
 
 def is_pdf(data: bytes) -> bool:
@@ -43,17 +44,20 @@ def probe(data: bytes, *, dpi: int, max_pages: int) -> Probe:
     problem. At most ``max_pages + 1`` pages are listed (more is an error at decode)."""
     kind = sniff(data) if data else "empty"
     sizes: list[tuple[int, int]] = []
+    pages = 0
     try:
         if kind == "pdf":
-            sizes = _pdf_sizes(data, dpi, max_pages + 1)
+            sizes, pages = _pdf_sizes(data, dpi, max_pages + 1)
         elif kind not in ("unknown", "empty"):
             sizes = _image_sizes(data, kind, max_pages + 1)
     except Exception:  # hostile or broken headers: the decode step reports them
         sizes = []
-    return Probe(kind, sizes or [(0, 0)])
+    sizes = sizes or [(0, 0)]
+    return Probe(kind, sizes, max(pages, len(sizes)))
 
 
-def _pdf_sizes(data: bytes, dpi: int, limit: int) -> list[tuple[int, int]]:
+def _pdf_sizes(data: bytes, dpi: int, limit: int) -> tuple[list[tuple[int, int]], int]:
+    """Sizes of the first ``limit`` pages, and the page count."""
     import pypdfium2 as pdfium
 
     with PDFIUM_LOCK:
@@ -64,7 +68,7 @@ def _pdf_sizes(data: bytes, dpi: int, limit: int) -> list[tuple[int, int]]:
             for i in range(min(len(doc), limit)):
                 w, h = doc.get_page_size(i)
                 out.append((int(round(w * scale)), int(round(h * scale))))
-            return out
+            return out, len(doc)
         finally:
             doc.close()
 

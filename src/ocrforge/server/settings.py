@@ -37,6 +37,11 @@ class ServerSettings:
     max_det_limit: int = 4096
     decode_threads: int = 2
     api_key: str | None = None
+    # Host header names let in besides localhost, *.localhost and IP literals (DNS rebinding:
+    # a page on an attacker's name resolved to 127.0.0.1); "*" lets in any
+    allowed_hosts: list[str] = field(default_factory=list)
+    # a connection that has not sent a request's headers within this is closed (slowloris)
+    header_timeout_s: float = 10.0
     warmup: bool = True
     # torch runtime on CUDA: run batches through the engine's streaming GPU pipeline instead of
     # ocr_images (off: measured on an H200, one GpuPipeline.run() per batch cost seconds)
@@ -64,6 +69,8 @@ class ServerSettings:
             raise ValueError("request_timeout_s must be > 0")
         if self.max_upload_bytes < 1 or self.max_pixels < 1 or self.max_pdf_pages < 1:
             raise ValueError("upload, pixel and page limits must be >= 1")
+        if self.header_timeout_s <= 0:
+            raise ValueError("header_timeout_s must be > 0")
         if self.decode_threads < 1:
             raise ValueError("decode_threads must be >= 1")
 

@@ -1,0 +1,138 @@
+"""The service's state and engine start-up: one engine per device, warmed up, behind one
+batcher; the measured warm-up speed seeds admission's engine seconds per work unit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fastapi import Request
+
+from ocrforge.io.inputs import PageImage
+from ocrforge.server.admission import Admission, ByteBudget, page_units
+from ocrforge.server.batcher import Batcher, run_engine
+from ocrforge.server.metrics import Metrics
+from ocrforge.server.settings import ServerSettings
+from ocrforge.version import __version__
+
+log = logging.getLogger("ocrforge.server")
+
+
+class ServiceState:
+    def __init__(self, settings: ServerSettings):
+        self.settings = settings
+        self.metrics = Metrics()
+        self.batcher: Batcher | None = None
+        self.uploads = ByteBudget(settings.max_inflight_upload_bytes)
+        self.admitted_requests = 0
+        self.decode_pool: ThreadPoolExecutor | None = None
+        self.load_error: str | None = None
+        self.cls_available = False
+        self.info: dict[str, Any] = {}
+        self.started = time.time()
+
+    @property
+    def ready(self) -> bool:
+        return self.batcher is not None
+
+
+def service(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+def _warmup_image() -> PageImage:
+    """A small page with real text, so detection and recognition both run."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    img = Image.new("RGB", (480, 160), "white")
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=28) if hasattr(ImageFont, "load_default") else None
+    d.text((20, 30), "ocrforge warm-up 2026", fill="black", font=font)
+    d.text((20, 90), "Hello world 12345", fill="black", font=font)
+    return PageImage("warm-up", 0, np.ascontiguousarray(np.asarray(img)[:, :, ::-1]))
+
+
+def _open_engine(s: ServerSettings, dev: str, n_devices: int) -> tuple[Any, Any]:
+    """(engine, its orientation classifier runtime or None) for one device."""
+    from ocrforge.engine import OCR
+
+    cfg = s.engine.with_(device=dev, max_pixels=s.max_pixels, max_pdf_pages=s.max_pdf_pages)
+    if dev == "cpu" and cfg.runtime.intra_op_threads == 0 and n_devices > 1:
+        cfg = cfg.with_(intra_op_threads=max(1, (os.cpu_count() or 1) // n_devices))
+    eng = OCR(cfg)
+    cls_rt = None
+    try:
+        cls_rt = eng.runner.cls_runtime()  # opened now so cls=on requests never wait
+    except Exception as e:  # cls=on requests will get a clear 400
+        log.warning("orientation classifier unavailable: %s", e)
+    return eng, cls_rt
+
+
+def _warm_up(s: ServerSettings, eng: Any) -> float:
+    """Run the warm-up page twice; engine seconds per work unit of the second run."""
+    cfg = eng.config
+    if s.gpu_pipeline and cfg.runtime.backend == "torch" and cfg.runtime.device.startswith("cuda"):
+        eng.gpu_scheduler()  # buckets and CUDA graphs of the GPU scheduler
+    key = (cfg.det.limit_side, False)
+    page = _warmup_image()
+    for _ in range(2):
+        t = time.perf_counter()
+        run_engine(eng, [page], key, s.gpu_pipeline)
+    units = page_units(page.width, page.height, eng.det_shape(page.width, page.height))
+    return (time.perf_counter() - t) / units
+
+
+def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
+                 batcher: Batcher) -> dict[str, str]:
+    cfg = engines[0].config
+    return {
+        "version": __version__,
+        "model_set": cfg.models.name,
+        "runtime": cfg.runtime.backend,
+        "runtime_name": str(getattr(engines[0].det_rt, "name", cfg.runtime.backend)),
+        "devices": ",".join(devices),
+        "engines": str(len(engines)),
+        "precision": f"det={cfg.det.precision},rec={cfg.rec.precision},torch={cfg.runtime.torch_precision}",
+        "det_limit_side": str(cfg.det.limit_side),
+        "max_batch_pages": str(s.max_batch_pages),
+        "max_wait_ms": str(s.max_wait_ms),
+        "max_batch_ms": str(s.max_batch_ms),
+        "queue_size": str(s.queue_size),
+        "max_decoded_pages": str(batcher.max_decoded_pages),
+    }
+
+
+def load_engines(state: ServiceState) -> None:
+    """Build one engine per device, warm each up, start the batcher (runs in a thread)."""
+    s = state.settings
+    try:
+        devices = s.engine_devices
+        engines, cls_rts = [], []
+        unit_s = 0.0  # engine seconds per work unit, measured on the warm-up page
+        for dev in devices:
+            eng, cls_rt = _open_engine(s, dev, len(devices))
+            if s.warmup:
+                unit_s = max(unit_s, _warm_up(s, eng))
+            engines.append(eng)
+            cls_rts.append(cls_rt)
+        state.cls_available = all(c is not None for c in cls_rts)
+        admission = Admission(max_pages=s.queue_size, engines=len(engines),
+                              safety=s.admission_safety, unit_s=unit_s or 1.0)
+        batcher = Batcher(engines, max_batch_pages=s.max_batch_pages, max_wait_ms=s.max_wait_ms,
+                          max_batch_ms=s.max_batch_ms, admission=admission,
+                          max_decoded_pages=s.max_decoded_pages or None,
+                          on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline)
+        batcher.start()
+        state.info = _engine_info(engines, devices, s, batcher)
+        state.metrics.info.info(state.info)
+        state.metrics.bind_queue(batcher, lambda: state.admitted_requests, s.queue_size)
+        state.batcher = batcher
+        state.metrics.ready.set(1)
+        log.info("ocrforge: ready (%d engine(s) on %s)", len(engines), ",".join(devices))
+    except Exception as e:
+        state.load_error = f"{type(e).__name__}: {e}"
+        log.error("ocrforge: engines failed to load: %s", state.load_error)
