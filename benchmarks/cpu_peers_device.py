@@ -89,8 +89,10 @@ def host_info() -> dict[str, Any]:
 def entry(name: str) -> Any:
     from ocrforge.tools.bench import Entry
 
-    if name == "ocrforge":
-        return Entry("ocrforge", "ocrforge", {}, source="OCR() defaults")  # {}: EngineConfig()
+    if name == "ocrforge":  # what OCR() builds: the defaults (and OCRFORGE_* variables, if any)
+        from ocrforge.config import EngineConfig
+
+        return Entry("ocrforge", "ocrforge", EngineConfig.from_env().to_dict(), source="OCR() defaults")
     return Entry(name, "peer", peer=name, source=f"{name} defaults")
 
 
@@ -200,7 +202,7 @@ def measure(setting: str, ds: Any, names: list[str], args: argparse.Namespace) -
                                                          "line_acc")}
         out["engines"][n] = e
     base = out["engines"].get("ocrforge", {}).get("pages_per_s")
-    for n, e in out["engines"].items():
+    for e in out["engines"].values():
         if base and e.get("pages_per_s"):
             e["ocrforge_speedup_vs_this"] = base / e["pages_per_s"]
     return out
@@ -234,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--settings", default="pin2,all", help="pin2 and/or all")
-    ap.add_argument("--lanes", type=int, default=4, help="CPU pairs measured at once in pin2")
+    ap.add_argument("--lanes", type=int, default=8,
+                    help="CPU pairs measured at once in pin2 (at most this many with distinct cores)")
     ap.add_argument("--chunks", type=int, default=3, help="chunks per lane (engine order rotated)")
     ap.add_argument("--warmup-pages", type=int, default=2)
+    ap.add_argument("--sets", default="", help="dev and/or synth (default: those given)")
     ap.add_argument("--limit", type=int, default=None, help="first N pages of each set (smoke runs)")
     ap.add_argument("--budget-s", type=float, default=440.0,
                     help="start no new (setting, set) block after this many seconds")
@@ -245,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
 
     names = [n.strip() for n in args.engines.split(",") if n.strip()]
     sets = [(k, v) for k, v in (("dev", args.dev), ("synth", args.synth)) if v]
+    if args.sets:
+        sets = [(k, v) for k, v in sets if k in args.sets.split(",")]
     report: dict[str, Any] = {"schema": "ocrforge.cpu_peers/1", "host": host_info(), "argv": sys.argv,
                               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": {},
                               "skipped": []}

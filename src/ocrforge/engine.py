@@ -159,8 +159,12 @@ class OCR:
         if cfg.runtime.backend != "onnxruntime" or any(
                 p.lower() not in ("cpu", "cpuexecutionprovider") for p in cfg.runtime.providers):
             return None
+        import multiprocessing
+
         from ocrforge.scheduling import processes as procs
 
+        if multiprocessing.current_process().daemon:  # a daemonic process may not start any
+            return None
         n = cfg.pipeline.processes or procs.auto_processes(procs.usable_cpus(),
                                                            cfg.pipeline.process_threads)
         if n <= 1:

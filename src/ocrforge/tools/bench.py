@@ -319,7 +319,8 @@ class Worker:
         ctx = mp.get_context("spawn")
         self.entry = entry
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, entry.__dict__), daemon=True,
+        # not daemonic: an ocrforge engine may start its own engine processes (many CPUs)
+        self.proc = ctx.Process(target=_worker_main, args=(child, entry.__dict__), daemon=False,
                                 name=f"ocrforge-bench-{entry.name}")
         self.proc.start()
         child.close()
