@@ -89,10 +89,16 @@ def host_info() -> dict[str, Any]:
 def entry(name: str) -> Any:
     from ocrforge.tools.bench import Entry
 
-    if name == "ocrforge":  # what OCR() builds: the defaults (and OCRFORGE_* variables, if any)
+    if name.split(":")[0] == "ocrforge":  # OCR(): the defaults (and OCRFORGE_* variables, if any)
         from ocrforge.config import EngineConfig
+        from ocrforge.tools.bench import parse_value
 
-        return Entry("ocrforge", "ocrforge", EngineConfig.from_env().to_dict(), source="OCR() defaults")
+        cfg = EngineConfig.from_env()
+        _, _, spec = name.partition(":")  # "ocrforge:key=val;key=val" = a variant of the default
+        changes = dict(kv.split("=", 1) for kv in spec.split(";") if kv)
+        if changes:
+            cfg = cfg.with_(**{k: parse_value(v) for k, v in changes.items()})
+        return Entry(name, "ocrforge", cfg.to_dict(), source=f"OCR({spec})")
     return Entry(name, "peer", peer=name, source=f"{name} defaults")
 
 
@@ -234,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dev", help="labeled folder (labels.jsonl)")
     ap.add_argument("--synth", help="labeled folder of ocrforge synth pages")
     ap.add_argument("--out", required=True, help="JSON file to write")
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help="ocrforge, onnxocr, rapidocr, or variants like ocrforge:allow_spinning=false;rec.batch_size=8")
     ap.add_argument("--settings", default="pin2,all", help="pin2 and/or all")
     ap.add_argument("--lanes", type=int, default=8,
                     help="CPU pairs measured at once in pin2 (at most this many with distinct cores)")
