@@ -29,7 +29,8 @@ dl() { python -m pip download -q --no-deps --only-binary=:all: --python-version 
   --platform manylinux2010_x86_64 -d "$A/whl" "$@"; }
 dl pyclipper==1.4.0 shapely==2.2.0 rapidfuzz==3.14.6 pydantic==2.14.4 pydantic-core==2.50.5 \
   annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 platformdirs==4.14.9 \
-  psutil==7.2.2 loguru==0.7.3 six==1.17.0 pyyaml==6.0.4 tqdm==4.70.1
+  psutil==7.2.2 loguru==0.7.3 six==1.17.0 pyyaml==6.0.4 tqdm==4.70.1 rich==15.0.0 markdown-it-py==4.3.0 \
+  mdurl==0.1.2 pygments==2.21.0
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation py \
   --platform any -d "$A/whl" fonttools==4.68.0
 
