@@ -46,6 +46,7 @@ class OCR:
             self.runner.cls_runtime()
         self._gpu: dict[int, Any] = {}  # GPU scheduler per detection-limit bucket (bounded)
         self._gpu_lock = threading.Lock()
+        self._pool: Any = None  # engine processes of read_many (scheduling/processes.py)
 
     def _open(self, role: str, precision: str, threads: int | None) -> Runtime:
         cfg = self.config
@@ -143,8 +144,35 @@ class OCR:
             return
         from ocrforge.scheduling.pipeline import run_pipeline
 
-        yield from run_pipeline(self, items, options=options,
-                                batch_pages=batch_pages or cfg.pipeline.batch_pages)
+        bp = batch_pages or cfg.pipeline.batch_pages
+        pool = self.process_pool()
+        if pool is not None:
+            yield from pool.run(items, options, bp,
+                                lambda item: run_pipeline(self, [item], options=options, batch_pages=bp))
+            return
+        yield from run_pipeline(self, items, options=options, batch_pages=bp)
+
+    def process_pool(self) -> Any:
+        """The engine processes of ``read_many`` on a many-core CPU (started on first use and
+        kept), or None where one process is best: GPU, torch, fewer than 4 CPUs."""
+        cfg = self.config
+        if cfg.runtime.backend != "onnxruntime" or any(
+                p.lower() not in ("cpu", "cpuexecutionprovider") for p in cfg.runtime.providers):
+            return None
+        import multiprocessing
+
+        from ocrforge.scheduling import processes as procs
+
+        if multiprocessing.current_process().daemon:  # a daemonic process may not start any
+            return None
+        n = cfg.pipeline.processes or procs.auto_processes(procs.usable_cpus(),
+                                                           cfg.pipeline.process_threads)
+        if n <= 1:
+            return None
+        with self._gpu_lock:
+            if self._pool is None:
+                self._pool = procs.ProcessPool(type(self), cfg, n, cfg.pipeline.process_threads)
+            return self._pool
 
     def ocr_images(self, pages: list[PageImage], options: ReadOptions | None = None) -> list[Page]:
         """OCR decoded pages (one batch through the runner)."""
@@ -179,6 +207,9 @@ class OCR:
         for sch in self._gpu.values():
             sch.close()
         self._gpu.clear()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 def read(item: Any, **overrides: Any) -> Page:

@@ -131,14 +131,32 @@ class RssSampler(threading.Thread):
         self._stop = threading.Event()
 
     def run(self) -> None:
+        kids: list = []
+        n = 0
         while not self._stop.is_set():
-            rss = self._proc.memory_info().rss
+            if n % 50 == 0:  # the engine's own worker processes count too (scheduling/processes)
+                kids = self._children()
+            n += 1
+            rss = self._proc.memory_info().rss + sum(self._rss(k) for k in kids)
             with self._lock:
                 self._peak = max(self._peak, rss)
             self._stop.wait(self._interval)
 
+    def _children(self) -> list:
+        try:
+            return self._proc.children(recursive=True)
+        except Exception:  # psutil.Error: a child that just ended
+            return []
+
+    @staticmethod
+    def _rss(p: Any) -> int:
+        try:
+            return int(p.memory_info().rss)
+        except Exception:
+            return 0
+
     def take(self) -> int:
-        rss = self._proc.memory_info().rss
+        rss = self._proc.memory_info().rss + sum(self._rss(k) for k in self._children())
         with self._lock:
             peak, self._peak = max(self._peak, rss), rss
         return peak
@@ -301,7 +319,8 @@ class Worker:
         ctx = mp.get_context("spawn")
         self.entry = entry
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, entry.__dict__), daemon=True,
+        # not daemonic: an ocrforge engine may start its own engine processes (many CPUs)
+        self.proc = ctx.Process(target=_worker_main, args=(child, entry.__dict__), daemon=False,
                                 name=f"ocrforge-bench-{entry.name}")
         self.proc.start()
         child.close()

@@ -1,0 +1,201 @@
+"""Many inputs on many cores: several engine processes, each with a few threads (like OCRmyPDF -j).
+
+One ONNX Runtime session does not scale past a few cores on these small networks (16 threads
+read the dev set only 2.5x faster than 2), so on a bigger machine ``read_many`` hands whole
+inputs to ``pipeline.processes`` worker processes of ``pipeline.process_threads`` threads each
+(auto: half the usable CPUs, 2 threads each, from 4 CPUs up; fewer when memory is short).
+
+* Each worker is a full engine (same config, its own runtimes) that reads one input at a time
+  with the normal CPU pipeline, so its pages are exactly what the engine reads in-process.
+* Inputs are dealt out one at a time to whichever worker is free (a 7000-px scan does not hold
+  up a queue of receipts); at most ``2 x processes`` inputs are in flight, so memory stays
+  bounded however long the job; pages come back in input order.
+* An input that cannot be pickled (an open file object, say) is read in this process in its turn.
+* A worker that dies (crash, out of memory) turns its current input into an error page naming
+  the input; a new worker takes its place and the rest of the job goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ocrforge.config import EngineConfig, ReadOptions
+from ocrforge.io.inputs import describe
+from ocrforge.result import Page
+
+PROCESS_MEMORY = 1_200 * 2**20  # what one worker engine may need (dev set peak ~1.0 GiB)
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def auto_processes(cpus: int, threads: int, available: int | None = None) -> int:
+    """Worker processes for ``cpus`` CPUs at ``threads`` each: 1 (in-process) below 4 CPUs, and
+    never more than the available memory holds."""
+    if cpus < 4:
+        return 1
+    n = max(1, cpus // max(1, threads))
+    if available is None:
+        try:
+            import psutil
+
+            available = int(psutil.virtual_memory().available)
+        except Exception:  # no psutil or no /proc: trust the CPU count
+            available = n * PROCESS_MEMORY
+    return max(1, min(n, available // PROCESS_MEMORY))
+
+
+def worker_config(cfg: EngineConfig, threads: int) -> dict[str, Any]:
+    """The engine config of one worker: its own thread count, no spinning (the workers share
+    the machine), and no processes of its own."""
+    return cfg.with_(**{"runtime.intra_op_threads": threads, "runtime.inter_op_threads": 1,
+                        "runtime.allow_spinning": False, "pipeline.processes": 1}).to_dict()
+
+
+def _worker_main(factory: Callable[[EngineConfig], Any], cfg: dict[str, Any], jobs: Any,
+                 results: Any) -> None:
+    engine = factory(EngineConfig.from_dict(cfg))
+    results.put(("ready", os.getpid(), None, None))
+    while True:
+        msg = jobs.get()
+        if msg is None:
+            return
+        run_id, idx, blob, options, batch_pages = msg
+        results.put(("start", os.getpid(), (run_id, idx), None))
+        item = pickle.loads(blob)
+        try:
+            for page in engine.read_many([item], options=options, batch_pages=batch_pages):
+                results.put(("page", os.getpid(), (run_id, idx), page))
+        except Exception as e:  # read_many turns bad inputs into pages; this is anything else
+            page = Page([], 0, 0, source=describe(item), error=f"{type(e).__name__}: {e}")
+            results.put(("page", os.getpid(), (run_id, idx), page))
+        results.put(("done", os.getpid(), (run_id, idx), None))
+
+
+class ProcessPool:
+    """``processes`` engine processes reading whole inputs; ``run`` streams pages in order."""
+
+    def __init__(self, factory: Callable[[EngineConfig], Any], config: EngineConfig,
+                 processes: int, threads: int):
+        self._ctx = mp.get_context("spawn")  # the parent's ORT thread pools must not be forked
+        self._factory = factory
+        self._cfg = worker_config(config, threads)
+        self._jobs = self._ctx.Queue()
+        self._results = self._ctx.Queue()
+        self._procs: dict[int, Any] = {}
+        self._lock = threading.Lock()  # one run at a time (runs share the queues)
+        self._run_id = 0
+        self.processes = processes
+        self.threads = threads
+        for _ in range(processes):
+            self._spawn()
+        ready = 0
+        while ready < processes:
+            kind, pid, _, _ = self._get_result()
+            ready += kind == "ready"
+
+    def _spawn(self) -> None:
+        p = self._ctx.Process(target=_worker_main, daemon=True, name="ocrforge-engine",
+                              args=(self._factory, self._cfg, self._jobs, self._results))
+        p.start()
+        self._procs[p.pid] = p
+
+    def _get_result(self) -> tuple[str, int, Any, Any]:
+        while True:
+            try:
+                return self._results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [pid for pid, p in self._procs.items() if not p.is_alive()]
+                if dead:
+                    return ("dead", dead[0], None, None)
+
+    def run(self, items: Iterable[Any], options: ReadOptions | None, batch_pages: int,
+            local: Callable[[Any], Iterator[Page]]) -> Iterator[Page]:
+        """Pages of every input in input order; ``local(item)`` reads an input that cannot
+        be sent to a worker."""
+        with self._lock:
+            self._run_id += 1
+            try:
+                yield from self._run(self._run_id, iter(items), options, batch_pages, local)
+            finally:  # closed early: inputs not yet taken by a worker are dropped
+                with contextlib.suppress(queue.Empty, OSError, ValueError):
+                    while True:
+                        self._jobs.get_nowait()
+
+    def _run(self, run_id: int, items: Iterator[Any], options: ReadOptions | None, batch_pages: int,
+             local: Callable[[Any], Iterator[Page]]) -> Iterator[Page]:
+        pages: dict[int, list[Page]] = {}
+        done: set[int] = set()
+        sent: dict[int, Any] = {}  # idx -> item description, for inputs in a worker
+        current: dict[int, int] = {}  # pid -> idx it is reading
+        nxt = fed = 0
+        exhausted = False
+        while True:
+            while not exhausted and len(sent) < 2 * self.processes:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    exhausted = True
+                    break
+                try:
+                    blob = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception:  # not picklable: read here, in its turn
+                    pages[fed], done_now = list(local(item)), fed
+                    done.add(done_now)
+                else:
+                    sent[fed] = describe(item)
+                    self._jobs.put((run_id, fed, blob, options, batch_pages))
+                fed += 1
+            while nxt in done:
+                yield from pages.pop(nxt, [])
+                done.discard(nxt)
+                nxt += 1
+            if exhausted and nxt == fed:
+                return
+            kind, pid, key, page = self._get_result()
+            if kind == "dead":
+                self._replace(pid, run_id, current, sent, pages, done)
+                continue
+            if key is None or key[0] != run_id:
+                continue  # a result of an earlier run that was closed early
+            idx = key[1]
+            if kind == "start":
+                current[pid] = idx
+            elif kind == "page":
+                pages.setdefault(idx, []).append(page)
+            elif kind == "done":
+                current.pop(pid, None)
+                sent.pop(idx, None)
+                done.add(idx)
+
+    def _replace(self, pid: int, run_id: int, current: dict[int, int], sent: dict[int, Any],
+                 pages: dict[int, list[Page]], done: set[int]) -> None:
+        p = self._procs.pop(pid)
+        idx = current.pop(pid, None)
+        if idx is not None:
+            src = sent.pop(idx, "?")
+            pages[idx] = pages.get(idx, []) + [Page([], 0, 0, source=str(src), error=(
+                f"the engine process reading this input died (exit code {p.exitcode})"))]
+            done.add(idx)
+        self._spawn()
+
+    def close(self) -> None:
+        for _ in self._procs:
+            with contextlib.suppress(Exception):
+                self._jobs.put(None)
+        for p in self._procs.values():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+        self._procs.clear()

@@ -1,0 +1,75 @@
+"""read_many through several engine processes (scheduling/processes.py) reads what one process
+reads, in input order, with bad inputs as error pages; the automatic process count follows the
+CPUs and the memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import pytest
+from test_core_paths import make_page
+
+from ocrforge import OCR
+from ocrforge.scheduling.processes import PROCESS_MEMORY, auto_processes
+
+
+def test_auto_processes_follows_cpus_and_memory() -> None:
+    plenty = 64 * PROCESS_MEMORY
+    assert auto_processes(2, 2, plenty) == 1  # the 2-core machine keeps one process
+    assert auto_processes(3, 2, plenty) == 1
+    assert auto_processes(4, 2, plenty) == 2
+    assert auto_processes(16, 2, plenty) == 8
+    assert auto_processes(16, 4, plenty) == 4
+    assert auto_processes(16, 2, 3 * PROCESS_MEMORY) == 3  # memory caps it
+    assert auto_processes(16, 2, 0) == 1
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> list:
+    d = tmp_path_factory.mktemp("procs")
+    items: list = []
+    for i in range(5):
+        img, _ = make_page(100 + i)
+        if i == 2:
+            items.append(str(d / "missing.png"))  # a bad input keeps its place
+        if i == 3:
+            ok, buf = cv2.imencode(".png", img)
+            items.append(memoryview(buf.tobytes()))  # cannot be pickled: read in the parent
+            continue
+        p = d / f"page{i}.png"
+        cv2.imwrite(str(p), img)
+        items.append(str(p) if i % 2 == 0 else Path(p))
+    items.append(make_page(200)[0])  # a numpy array
+    return items
+
+
+def test_processes_read_what_one_process_reads(inputs: list) -> None:
+    one = OCR(**{"pipeline.processes": 1})
+    ref = [p.to_dict() for p in one.read_many(_fresh(inputs))]
+    many = OCR(**{"pipeline.processes": 2})
+    try:
+        assert many.process_pool() is not None and many.process_pool().processes == 2
+        for _ in range(2):  # the pool is kept and reused
+            got = [p.to_dict() for p in many.read_many(_fresh(inputs))]
+            assert [g["source"] for g in got] == [r["source"] for r in ref]
+            assert [g.get("error") for g in got] == [r.get("error") for r in ref]
+            assert [g["text"] for g in got] == [r["text"] for r in ref]
+        assert got[2]["error"] and "missing.png" in got[2]["source"]
+        # closing a run early leaves the pool usable
+        gen = many.read_many(_fresh(inputs))
+        next(gen)
+        gen.close()
+        again = [p.text for p in many.read_many(_fresh(inputs)[:2])]
+        assert again == [r["text"] for r in ref[:2]]
+    finally:
+        many.close()
+
+
+def _fresh(items: list) -> list:
+    return list(items)
+
+
+def test_one_cpu_engine_has_no_pool() -> None:
+    eng = OCR(**{"pipeline.processes": 1})
+    assert eng.process_pool() is None
