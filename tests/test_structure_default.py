@@ -105,3 +105,15 @@ def test_markdown_has_headings_and_tables_without_a_flag(tmp_path, capsys, flag)
     table = [ln for ln in md if ln.startswith("|")]
     assert table[0].replace(" ", "") == "|" + "|".join(rows[0]) + "|", table
     assert len(table) == len(rows) + 1  # header, rule, 3 body rows
+
+
+@pytest.mark.parametrize("fmt,table,cell", [("hocr", 'class="ocr_table"', 'class="ocr_par"'),
+                                            ("alto", 'TYPE="table"', "<TextBlock")])
+def test_table_keeps_its_cells_in_hocr_and_alto_without_a_flag(tmp_path, capsys, fmt, table, cell):
+    path = tmp_path / "table.png"
+    rows = _table_page(path)
+    out = _read(capsys, str(path), "-f", fmt, "--no-layout")
+    assert out.count(table) == 1, out
+    inside = out.split(table, 1)[1]
+    inside = inside.split("</div>\n   </div>" if fmt == "hocr" else "</ComposedBlock>", 1)[0]
+    assert inside.count(cell) == sum(len(r) for r in rows), inside
