@@ -70,6 +70,14 @@ def capture(records: list[Record]) -> list[dict[str, Any]]:
     return out
 
 
+def load_cached(cache: Path, records: list[Record]) -> list[dict[str, Any]] | None:
+    """The captured pages of ``records`` from a cache file (None: it lacks some of them)."""
+    by_name = {d["name"]: d["captured"] for d in pickle.loads(cache.read_bytes())}
+    if any(r.name not in by_name for r in records):
+        return None
+    return [by_name[r.name] for r in records]
+
+
 def table_scores(rec: Record, page) -> dict[str, int]:
     refs = rec.meta.get("tables") or []
     found = [(b.bbox, b.table) for b in page.blocks if b.table is not None]
@@ -132,11 +140,10 @@ def main() -> int:
     records = records[: args.limit]
     cache = Path(args.cache)
     if cache.is_file():
-        data = pickle.loads(cache.read_bytes())
-        if [d["name"] for d in data] != [r.name for r in records]:
+        captured = load_cached(cache, records)
+        if captured is None:
             print(f"{cache} holds other pages; delete it or pick another", file=sys.stderr)
             return 2
-        captured = [d["captured"] for d in data]
     else:
         captured = capture(records)
         cache.write_bytes(pickle.dumps([{"name": r.name, "captured": c} for r, c in zip(records, captured, strict=True)]))

@@ -29,17 +29,16 @@ def collect(dataset: str, out: str) -> None:
     from ocrforge.evaluation.dataset import load_dataset
     from ocrforge.evaluation.metrics import match_lines
     from ocrforge.io.inputs import iter_pages
-    from ocrforge.stages.crop import crop_quad
 
-    ocr = OCR()
+    runner = OCR().runner
+    s = runner.settings(None)
     rows = []
     for r in load_dataset(dataset):
         if r.lines is None:
             continue
-        img = next(iter_pages(str(r.image))).image
-        quads = ocr.detect([img], [{}])[0]
-        crops = [crop_quad(img, q) for q in quads]
-        res, _ = ocr.recognize(crops, steps=True)
+        det = runner.detect([next(iter_pages(str(r.image)))], s)[0]
+        quads = det.quads[:-1] if det.whole_image else det.quads
+        res, _ = runner.recognize_crops(det.crops[: len(quads)], steps=True)
         m = match_lines([ln.poly for ln in r.lines], [q.tolist() for q in quads], [ln.ignore for ln in r.lines])
         ref = {h: r.lines[ri].text for ri, h, _ in m.pairs}
         for h, st in enumerate(res):

@@ -178,3 +178,24 @@ def test_page_turned_by_90_degrees_reads_its_vertical_lines_in_order():
     analyze(page)
     got = [ln.truth for ln in page.lines]
     assert kendall_tau(got) >= 0.97, got
+
+
+def test_one_reading_order_raw_lines_top_to_bottom_whatever_the_decode_order(engine):
+    # reading order lives in layout/ only; with the layout stage off the runner still puts the
+    # lines of any scheduler (the GPU's DB workers decode in contour order) top to bottom
+    from types import SimpleNamespace
+
+    from ocrforge.config import ReadOptions
+    from ocrforge.stages import detect
+
+    assert not hasattr(detect, "sort_reading_order")
+
+    def quad(x, y):
+        return np.array([[x, y], [x + 80, y], [x + 80, y + 20], [x, y + 20]], np.float32)
+
+    runner = engine.runner
+    s = runner.settings(ReadOptions(layout=False))
+    page = runner.assemble(SimpleNamespace(source="x", index=0, width=400, height=300),
+                           [quad(10, 200), quad(200, 12), quad(10, 10), quad(10, 100)],
+                           [("d", 0.9), ("b", 0.9), ("a", 0.9), ("c", 0.9)], [0] * 4, s, {})
+    assert [ln.text for ln in page.lines] == ["a", "b", "c", "d"]

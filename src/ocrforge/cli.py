@@ -57,7 +57,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    f"(default {'on' if d.cls.page_orientation else 'off'})")
     g.add_argument("--layout", action=argparse.BooleanOptionalAction, default=None,
                    help="layout stage: words, blocks, tables and reading order with columns "
-                   f"(default {'on' if d.layout.enabled else 'off'}; Markdown/hOCR/ALTO/PDF use it)")
+                   f"(default {'on' if d.layout.enabled else 'off'}; --no-layout: raw lines in text "
+                   "and JSON; Markdown/hOCR/ALTO/PDF always use it)")
     g.add_argument("--rec-batch", type=int, help="recognition batch size (default "
                    f"{d.rec_batch()} on the CPU, "
                    f"{d.with_(runtime='torch', device='cuda').rec_batch()} on a GPU)")

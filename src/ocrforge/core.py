@@ -23,6 +23,7 @@ import numpy as np
 
 from ocrforge.config import EngineConfig, ReadOptions
 from ocrforge.io.inputs import PageImage
+from ocrforge.layout.reading_order import sort_reading_order, top_to_bottom
 from ocrforge.models.registry import ResolvedModels
 from ocrforge.result import Line, Page
 from ocrforge.runtimes.base import Runtime
@@ -68,7 +69,7 @@ class PageRunner:
                                         cfg.det.min_side, cfg.det.max_upscale)
         self.det_decode = DBDecoder(float(det["thresh"]), float(det["box_thresh"]),
                                     float(det["unclip_ratio"]), int(det["max_candidates"]),
-                                    cfg.det.min_size)
+                                    cfg.det.min_size, sort_reading_order)
         gpu_widths = cfg.gpu.rec_widths if cfg.runtime.on_gpu else None
         self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec.max_width, cfg.rec.width_step,
                                         cfg.rec.min_width, gpu_widths)
@@ -251,6 +252,9 @@ class PageRunner:
             if score >= s.drop_score and text.strip():
                 lines.append(Line(text, np.asarray(q).tolist(), score, angle))
                 kept_steps.append(None if isinstance(tx, tuple) else tx)
+        if not s.layout:  # raw lines top to bottom, whatever order a scheduler decoded them in
+            order = top_to_bottom([ln.poly for ln in lines])
+            lines = [lines[i] for i in order]
         img = image if image is not None else getattr(page, "image", None)
         if img is not None:
             h, w = img.shape[:2]

@@ -235,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
         print("ocrforge: error: no input files found", file=sys.stderr)
         return 2
     err = Console(stderr=True)
+    if EXPORTERS[args.format].needs_structure and not cfg.layout.enabled:
+        cfg = cfg.with_(use_layout=True)  # blocks, tables and words are what the format is made of
     counts, bad = _count_inputs(files, cfg.limits.pages)
     out_dir = Path(args.output) if args.output and (Path(args.output).is_dir() or args.output.endswith("/")) else None
     exporter = EXPORTERS[args.format]

@@ -43,8 +43,8 @@ from ocrforge.evaluation.metrics import (
     prf,
     word_errors,
 )
+from ocrforge.layout.reading_order import top_to_bottom
 from ocrforge.result import Line, Page
-from ocrforge.stages.detect import sort_reading_order
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -74,10 +74,8 @@ def use_casefold(kind: str, mode: str) -> bool:
 
 
 def reading_order(polys: Sequence[Any]) -> list[int]:
-    """Indices of polygons in ocrforge's reading order (``sort_reading_order``)."""
-    boxes = [np.asarray(p, dtype=np.float32).reshape(-1, 2)[:4] for p in polys]
-    by_id = {id(b): i for i, b in enumerate(boxes)}
-    return [by_id[id(b)] for b in sort_reading_order(list(boxes))]
+    """Indices of polygons in ocrforge's top-to-bottom rule (``layout.reading_order``)."""
+    return top_to_bottom(polys)
 
 
 def reading_order_text(items: Sequence[tuple[str, Any]]) -> str:

@@ -105,7 +105,7 @@ def analyze(page: Page, *, image: np.ndarray | None = None, steps: Sequence[Char
     run: list[int] = []
 
     def flush() -> None:
-        for kind, blk in paragraphs(boxes, run, texts, h, line_gap):
+        for kind, blk in paragraphs(boxes, run, texts, h, line_gap, body):
             blocks.append((kind, blk, None))
         run.clear()
 

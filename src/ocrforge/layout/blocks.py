@@ -52,9 +52,11 @@ def typical_line_gap(boxes: np.ndarray, order: Sequence[int], h: float) -> float
 
 
 def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], body_height: float,
-               line_gap: float) -> list[tuple[str, list[int]]]:
+               line_gap: float, text_lines: Sequence[int] | None = None) -> list[tuple[str, list[int]]]:
     """Consecutive lines (in reading order) grouped into (kind, lines) blocks: a block ends at a
-    wider gap, a change of column or of text size, or an indented first line."""
+    wider gap, a change of column or of text size, or an indented first line. ``text_lines``: the
+    page's running-text lines (not in tables, headers or footers); a title is large against
+    those of them outside its own block (else against ``body_height``)."""
     h = body_height
     out: list[list[int]] = []
     for i in order:
@@ -62,7 +64,18 @@ def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], bo
             out[-1].append(i)
         else:
             out.append([i])
-    return [(_kind(boxes, blk, texts, h), blk) for blk in out]
+    heights = boxes[:, 3] - boxes[:, 1]
+    text = np.zeros(len(boxes), bool)
+    text[list(text_lines if text_lines is not None else [])] = True
+    return [(_kind(boxes, blk, texts, _text_height(heights, text, blk, h)), blk) for blk in out]
+
+
+def _text_height(heights: np.ndarray, text: np.ndarray, blk: list[int], h: float) -> float:
+    """Median height of the running-text lines outside ``blk`` (``h`` when there are none):
+    on a page of a title and a table, the table's cells must not set the scale of the title."""
+    others = text.copy()
+    others[blk] = False
+    return float(np.median(heights[others])) if others.any() else h
 
 
 def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: float) -> bool:

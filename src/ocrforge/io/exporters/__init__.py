@@ -21,7 +21,9 @@ class Exporter:
 
     ``multi_page``: one file holds a whole document (the CLI writes one file per input
     document into an output folder; otherwise one file per page). ``needs_images``: render()
-    takes the page images (BGR or grey uint8 arrays), one per page.
+    takes the page images (BGR or grey uint8 arrays), one per page. ``needs_structure``: the
+    format is built from blocks, tables and words, so the layout stage runs for it whatever the
+    engine's ``layout.enabled`` (``--no-layout`` gives raw lines only in text and JSON).
     """
 
     name: str
@@ -33,6 +35,7 @@ class Exporter:
     binary: bool = False
     # every page on its own: (output or None, messages naming the pages left out)
     render_pages: Callable[[list[Page], Sequence[Any] | None], tuple[bytes | None, list[str]]] | None = None
+    needs_structure: bool = False
 
 
 EXPORTERS: dict[str, Exporter] = {
@@ -40,11 +43,15 @@ EXPORTERS: dict[str, Exporter] = {
     for e in (
         Exporter("text", ".txt", "text/plain; charset=utf-8", text.render),
         Exporter("json", ".json", "application/json", jsondoc.render),
-        Exporter("markdown", ".md", "text/markdown; charset=utf-8", markdown.render),
-        Exporter("hocr", ".hocr", "application/xhtml+xml", hocr.render, multi_page=True),
-        Exporter("alto", ".xml", "application/xml", alto.render, multi_page=True),
+        Exporter("markdown", ".md", "text/markdown; charset=utf-8", markdown.render,
+                 needs_structure=True),
+        Exporter("hocr", ".hocr", "application/xhtml+xml", hocr.render, multi_page=True,
+                 needs_structure=True),
+        Exporter("alto", ".xml", "application/xml", alto.render, multi_page=True,
+                 needs_structure=True),
         Exporter("pdf", ".pdf", "application/pdf", pdf.render, multi_page=True,
-                 needs_images=True, binary=True, render_pages=pdf.render_pages),
+                 needs_images=True, binary=True, render_pages=pdf.render_pages,
+                 needs_structure=True),
     )
 }
 ALIASES = {"md": "markdown", "txt": "text", "xml": "alto"}
