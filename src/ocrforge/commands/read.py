@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from ocrforge.cli import add_engine_options, engine_config_from_args
+from ocrforge.cli import add_engine_options, engine_config_from_args, engine_from_args
 from ocrforge.io.exporters import EXPORTERS, export
 
 STDIN = "-"
@@ -147,7 +147,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from ocrforge.config import atomic_write_bytes
-    from ocrforge.engine import OCR
     from ocrforge.io.inputs import expand_paths, parse_page_range
 
     cfg = engine_config_from_args(args)
@@ -166,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         print("ocrforge: error: no input files found", file=sys.stderr)
         return 2
     err = Console(stderr=True)
-    engine = OCR(cfg)
+    engine = engine_from_args(args, cfg)
     out_dir = Path(args.output) if args.output and (Path(args.output).is_dir() or args.output.endswith("/")) else None
     exporter = EXPORTERS[args.format]
     outputs = None
