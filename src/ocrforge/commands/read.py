@@ -10,7 +10,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from ocrforge.cli import add_engine_options, engine_config_from_args
+from ocrforge.cli import add_engine_options, engine_config_from_args, engine_from_args
 from ocrforge.io.exporters import EXPORTERS, export_pages
 from ocrforge.paths import OutputError, printable
 
@@ -174,7 +174,7 @@ def _overwritten_input(files: list[str], args: argparse.Namespace, outputs: _Out
     return next((str(t) for t in targets if t.resolve() in inputs), None)
 
 
-def _pages(cfg: Any, files: list[str], bad: dict[str, Any]) -> Iterator[Any]:
+def _pages(args: Any, cfg: Any, files: list[str], bad: dict[str, Any]) -> Iterator[Any]:
     """Pages of every input in order; when no input can be read, their error pages, without
     loading any model."""
     if bad and len(bad) == len(files):
@@ -183,9 +183,7 @@ def _pages(cfg: Any, files: list[str], bad: dict[str, Any]) -> Iterator[Any]:
         for f in files:
             yield Page([], 0, 0, source=f, error=bad[f].reason)
         return
-    from ocrforge.engine import OCR
-
-    yield from OCR(cfg).read_many(files)
+    yield from engine_from_args(args, cfg).read_many(files)
 
 
 def _owner(files: list[str], k: int, page) -> int:
@@ -258,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     # closing: an output error (disk full) stops the engine's threads before it propagates
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("pages"), TimeRemainingColumn(), console=err, disable=not show,
-                  transient=False) as progress, closing(_pages(cfg, files, bad)) as stream:
+                  transient=False) as progress, closing(_pages(args, cfg, files, bad)) as stream:
         # pages, not inputs (a 40-page PDF is 40 steps); an unreadable input or stdin is one
         total = sum(c.selected for c in counts.values()) + len(files) - len(counts)
         task = progress.add_task("OCR", total=total)

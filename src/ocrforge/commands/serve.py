@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ocrforge.cli import add_engine_options, engine_config_from_args
+from ocrforge.cli import add_engine_options, devices_from_args, engine_config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +98,8 @@ def settings_from_args(args: argparse.Namespace):
     if args.det_batch:
         cfg = cfg.with_(det_batch_size=args.det_batch)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if not devices and len(devices_from_args(args)) > 1:  # --device cuda:0,cuda:1 / --gpus N
+        devices = devices_from_args(args)
     s = ServerSettings(
         engine=cfg,
         workers=args.workers,

@@ -124,6 +124,9 @@ def iter_pages(
 def _iter_pages(item: Any, max_pixels: int, pdf_dpi: int, max_pdf_pages: int,
                 source: str | None, rgb: bool, wanted: Callable[[int], bool] | None,
                 skip: Callable[[int], bool] | None = None) -> Iterator[PageImage]:
+    if isinstance(item, PageImage):  # decoded already (a page handed on by a scheduler)
+        yield item
+        return
     if isinstance(item, str) and item == "-":
         source = source or "<stdin>"
         item = sys.stdin.buffer.read()
