@@ -101,6 +101,11 @@ def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
         assert [ln.text.replace(" ", "") for ln in o.lines] == \
             [ln.text.replace(" ", "") for ln in r.lines]
     assert gs.stats.pages == 2 and gs.stats.lines == 8
+    # the layout stage (on by default) gets the characters' CTC steps on this path too: words
+    for o in (out[0], out[2]):
+        assert all(ln.words for ln in o.lines)
+        for ln in o.lines:
+            assert "".join(w.text for w in ln.words) == ln.text.replace(" ", "")
 
 
 def test_gpu_scheduler_db_in_processes(pages, torch_cpu_engine):

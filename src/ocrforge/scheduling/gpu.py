@@ -267,7 +267,9 @@ class GpuScheduler:
             prob = (prob * 255.0).round_().to(torch.uint8)  # what the shared-memory slots carry
         return self.to_host(prob, bitmap)
 
-    def rec_chunk(self, chunk: list, wb: int) -> tuple:
+    def rec_chunk(self, chunk: list, wb: int, steps: bool = False) -> tuple:
+        """Recognise one batch of lines of width bucket ``wb``: (chunk, wb, indices, scores,
+        space probabilities per step or None, event), copies on their way to the host."""
         n = len(chunk)
         small = self.rec_small()
         npad = small if n <= small else self.rec_batch_for(wb)
@@ -275,14 +277,19 @@ class GpuScheduler:
                         dtype=self.rec.dtype)
         i = 0
         while i < n:  # one copy per run of consecutive rows of one page's crop tensor
-            _, _, crops, r0 = chunk[i]
+            crops, r0 = chunk[i][2], chunk[i][3]
             j = i + 1
             while j < n and chunk[j][2] is crops and chunk[j][3] == r0 + (j - i):
                 j += 1
             x[i:j] = crops[r0 : r0 + (j - i), :, :, :wb]
             i = j
-        idx, conf = ctc_head_torch(self.rec.forward(x))
-        return (chunk, *self.to_host(idx[:n], conf[:n]))
+        probs = self.rec.forward(x)
+        idx, conf = ctc_head_torch(probs)
+        sp = self.runner.ctc.space_index
+        if steps and sp is not None:
+            return (chunk, wb, *self.to_host(idx[:n], conf[:n], probs[:n, :, sp].float()))
+        idx_h, conf_h, ev = self.to_host(idx[:n], conf[:n])
+        return chunk, wb, idx_h, conf_h, None, ev
 
     def to_host(self, *tensors: torch.Tensor) -> tuple:
         """Asynchronous copies into fresh pinned host tensors plus the event that marks them

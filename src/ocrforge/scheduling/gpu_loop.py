@@ -48,7 +48,9 @@ class DriverLoop:
         self.n_waiting = 0
         self.orienting: deque[tuple[list[GpuPage], torch.Tensor, Any]] = deque()
         self.post: deque[Future] = deque()  # contour jobs
-        self.rec_q: dict[int, list[tuple[GpuPage, int, torch.Tensor, int]]] = {}
+        self.rec_q: dict[int, list[tuple[GpuPage, int, torch.Tensor, int, int]]] = {}
+        # words need the characters' CTC steps and the space class per step (as on the CPU)
+        self.steps = bool(s.layout and self.runner.config.layout.words)
         self.rec_out: deque = deque()
         self.live = 0  # pages taken in and not yet emitted
         self.inputs_done = False
@@ -208,8 +210,8 @@ class DriverLoop:
         p.pending = len(p.quads)
         crops, rows = crop_lines_torch(p.img, np.stack(p.quads), self.runner.rec_prep,
                                        self.sch.rec.dtype)
-        for li, wb, row in rows:
-            self.rec_q.setdefault(wb, []).append((p, li, crops, row))
+        for li, wb, row, tw in rows:
+            self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
         p.img = None
         self.stats.crop_s += time.perf_counter() - t0
 
@@ -219,7 +221,7 @@ class DriverLoop:
         while len(lst) >= nb or (force and lst):
             t0 = time.perf_counter()
             chunk, lst = lst[:nb], lst[nb:]
-            res = self.sch.with_oom_retry("rec", self.sch.rec_chunk, chunk, wb)
+            res = self.sch.with_oom_retry("rec", self.sch.rec_chunk, chunk, wb, self.steps)
             self.rec_out.extend(res)
             self.stats.rec_batches += len(res)
             self.stats.rec_s += time.perf_counter() - t0
@@ -238,12 +240,17 @@ class DriverLoop:
 
     def drain_rec(self, block: bool) -> bool:
         drained = False
-        while self.rec_out and (block or self.rec_out[0][3] is None or self.rec_out[0][3].query()):
-            chunk, idx, conf, ev = self.rec_out.popleft()
+        while self.rec_out and (block or self.rec_out[0][-1] is None or self.rec_out[0][-1].query()):
+            chunk, wb, idx, conf, space, ev = self.rec_out.popleft()
             if ev is not None:
                 ev.synchronize()
-            texts = self.runner.ctc.collapse(idx.numpy(), conf.numpy())
-            for (p, li, _, _), tx in zip(chunk, texts, strict=True):
+            if space is None:
+                texts = self.runner.ctc.collapse(idx.numpy(), conf.numpy())
+            else:  # as CTCDecoder.decode_steps on the CPU: steps covering each line's content
+                tw = np.array([c[4] for c in chunk], np.float64)
+                cs = np.minimum(tw, wb) * idx.shape[1] / wb
+                texts = self.runner.ctc.collapse_steps(idx.numpy(), conf.numpy(), space.numpy(), cs)
+            for (p, li, _, _, _), tx in zip(chunk, texts, strict=True):
                 p.texts[li] = tx
                 p.pending -= 1
                 if p.pending == 0:

@@ -39,7 +39,8 @@ def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any,
 
     ``img`` is the page as a 3 x H x W uint8 tensor; returns a (k, 3, 48, Wmax) tensor of
     normalised lines (zero right of each line's text width), rows sorted by bucket width so the
-    lines of one bucket are contiguous, and [(line index, bucket width, row)]."""
+    lines of one bucket are contiguous, and [(line index, bucket width, row, text width)] (the
+    text width in network pixels: the line's content before its zero padding)."""
     import torch
     import torch.nn.functional as F
 
@@ -87,7 +88,7 @@ def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any,
     crops = (crops * float(rec.scale) + float(rec.offset))
     crops = crops * (u < tw_).unsqueeze(1).to(crops.dtype)  # zero right of the text
     crops = crops.to(dtype).contiguous()
-    return crops, [(int(li), int(buckets[li]), row) for row, li in enumerate(order)]
+    return crops, [(int(li), int(buckets[li]), row, int(tws[li])) for row, li in enumerate(order)]
 
 
 def perspective_batch(w: np.ndarray, h: np.ndarray, quads: np.ndarray) -> np.ndarray:
