@@ -317,6 +317,8 @@ def test_api_docs_load_nothing_from_outside(ocr_server, path):
             assert r.status_code == 200 and len(r.content) > 0, ref
         js = [ref for ref in refs if ref.endswith(".js")]
         assert js and all(len(c.get(ref).content) > 100_000 for ref in js)  # the real bundles
+        for ref in js:  # issue 20 item 13: ReDoc's own bundle drew its logo from cdn.redoc.ly
+            assert b"https://cdn." not in c.get(ref).content, ref
 
 
 def test_det_limit_is_bucketed_and_memory_stays_bounded(ocr_server):

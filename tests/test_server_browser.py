@@ -96,3 +96,23 @@ def test_demo_page_pdf_and_error(browser, ocr_server, tmp_path, shots):
         assert not errors, errors
     finally:
         ctx.close()
+
+
+def test_demo_page_before_any_upload(browser, ocr_server):
+    """Issue 20 item 13: no broken-image icon and no failed request before an upload."""
+    ctx = browser.new_context(http_credentials={"username": "demo", "password": API_KEY},
+                              viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    bad: list[str] = []
+    # 401 is the Basic challenge the browser answers with the credentials
+    page.on("response", lambda r: r.status >= 400 and r.status != 401
+            and bad.append(f"{r.status} {r.url}"))
+    page.on("requestfailed", lambda r: bad.append(f"failed {r.url}"))
+    try:
+        page.goto(ocr_server.url + "/")
+        page.wait_for_selector("#status.ok", timeout=30_000)
+        page.wait_for_timeout(500)
+        assert not page.is_visible("#result") and not page.is_visible("#preview")
+        assert not bad, bad
+    finally:
+        ctx.close()

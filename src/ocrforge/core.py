@@ -32,8 +32,8 @@ from ocrforge.stages.crop import crop_quad
 from ocrforge.stages.detect import DBDecoder, DetPreprocessor, stack_padded
 from ocrforge.stages.recognize import CTCDecoder, RecPreprocessor
 
-STAGES = ("decode", "det_prep", "det_infer", "det_post", "crop", "cls", "rec_prep", "rec_infer",
-          "rec_post")
+STAGES = ("decode", "page_orient", "det_prep", "det_infer", "det_post", "crop", "cls", "rec_prep",
+          "rec_infer", "rec_post")
 
 
 @dataclass
@@ -134,7 +134,8 @@ class PageRunner:
         for start in range(0, len(pages), bs):
             chunk = pages[start : start + bs]
             t0 = time.perf_counter()
-            chunk = self.upright_pages(chunk)  # whole-page 0/90/180/270 (counted in det_prep)
+            chunk = self.upright_pages(chunk)  # whole-page 0/90/180/270
+            tp = time.perf_counter()
             dins = [self.det_prep(p.image, s.det_limit) for p in chunk]
             batch = stack_padded(dins)
             t1 = time.perf_counter()
@@ -148,7 +149,8 @@ class PageRunner:
             n = len(chunk)
             for p, qs in zip(chunk, quads, strict=True):
                 tm = dict.fromkeys(STAGES, 0.0)
-                tm.update(det_prep=(t1 - t0) / n, det_infer=(t2 - t1) / n, det_post=(t3 - t2) / n)
+                tm.update(page_orient=(tp - t0) / n, det_prep=(t1 - tp) / n, det_infer=(t2 - t1) / n,
+                          det_post=(t3 - t2) / n)
                 out.append(self.crop(p, qs, tm))
         return out
 

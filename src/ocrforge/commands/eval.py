@@ -55,8 +55,21 @@ def results_table(res: dict[str, Any], title: str):
     return t
 
 
-def run(args: argparse.Namespace) -> int:
+def _console(table: Any) -> Any:
+    """A console at least 120 wide; when stdout is not a terminal (a pipe, a file) as wide as
+    the table needs, so group labels and numbers are never cut."""
     from rich.console import Console
+    from rich.measure import Measurement
+
+    term = Console()
+    width = max(term.width, 120)
+    if not term.is_terminal:
+        probe = Console(width=10_000)
+        width = max(width, Measurement.get(probe, probe.options, table).maximum)
+    return Console(width=width)
+
+
+def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
@@ -68,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     engine = OCR(cfg)
     res = evaluate(engine, args.dataset, args.limit, casefold=args.casefold,
                    batch=not args.single, ref_order=args.ref_order)
-    con = Console(width=max(Console().width, 120))
+    table = results_table(res, f"ocrforge eval {args.dataset}")
+    con = _console(table)
     desc = res["config"]
     con.print("[bold]configuration[/] " + escape(f"(ocrforge {desc['ocrforge']}, onnxruntime {desc['onnxruntime']}):"))
     con.print(escape(json.dumps(desc["engine_config"], sort_keys=True)), highlight=False, soft_wrap=True)
@@ -80,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
               f"reference order: {o['ref_order']}; layout stage: {'on' if cfg.layout.enabled else 'off'}; "
               f"{'read_many' if not args.single else 'read()'}; {res['elapsed_s']:.1f} s"),
               highlight=False)
-    con.print(results_table(res, f"ocrforge eval {args.dataset}"))
+    con.print(table)
     if args.per_page:
         t = Table(title="per page")
         for col in ("image", "lang", "kind", "CER %", "ref chars", "TP", "FP", "FN", "correct", "error"):

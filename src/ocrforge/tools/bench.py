@@ -19,7 +19,7 @@ Method (docs/BENCHMARKS.md repeats it):
   measured passes; ``ru_maxrss`` (lifetime peak, incl. model loading) is kept in the JSON too.
   Peak GPU memory: ``torch.cuda.max_memory_allocated`` when the torch runtime runs on CUDA.
 * Stage split: per-page ``Page.timings`` of the throughput pass, averaged per page and grouped
-  (decode; detection = det_prep + det_infer; orientation = cls; recognition = crop + rec_prep +
+  (decode; detection = det_prep + det_infer; orientation = page_orient + cls; recognition = crop + rec_prep +
   rec_infer; post-processing = det_post + rec_post). In the pipelined path stages overlap, so
   their sum can exceed wall time per page.
 * Accuracy (labeled sets): the first repetition's throughput pages scored by
@@ -48,7 +48,7 @@ SCHEMA = "ocrforge.bench/1"
 STAGE_GROUPS: dict[str, tuple[str, ...]] = {
     "decode": ("decode",),
     "detection": ("det_prep", "det_infer"),
-    "orientation": ("cls",),
+    "orientation": ("page_orient", "cls"),  # whole-page 0/90/180/270 and 0/180 per line
     "recognition": ("crop", "rec_prep", "rec_infer"),
     "post-processing": ("det_post", "rec_post"),
 }

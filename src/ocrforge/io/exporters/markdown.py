@@ -18,8 +18,10 @@ PAGE_RULE = "\n\n---\n\n"
 SKIPPED_KINDS = ("header", "footer")
 
 _MD_INLINE = re.compile(r"([\\`*_\[\]<>|])")
-_MD_BLOCK = re.compile(r"^(\s*)([#+-])")  # would start a heading or list
-_MD_ORDERED = re.compile(r"^(\s*\d+)\.")
+# only what would start a heading, a list item or a rule (CommonMark needs the space after
+# "#", "-", "+" and "1."), so "6.32", "-5.00" and "#1" stay as written, in cells and elsewhere
+_MD_BLOCK = re.compile(r"^(\s*)([#+-])(?=\s|$|-+\s*$)")
+_MD_ORDERED = re.compile(r"^(\s*\d{1,9})([.)])(?=\s|$)")
 _BULLET = re.compile(r"^\s*(?:[-*+•·▪◦●○■□–—]|\d{1,3}[.)]|[(（]?\d{1,3}[)）]|[a-zA-Z][.)])\s*")
 
 
@@ -27,7 +29,7 @@ def escape(text: str) -> str:
     """Markdown special characters escaped so OCR text renders as written."""
     text = _MD_INLINE.sub(r"\\\1", text)
     text = _MD_BLOCK.sub(r"\1\\\2", text)
-    return _MD_ORDERED.sub(r"\1\\.", text)
+    return _MD_ORDERED.sub(r"\1\\\2", text)
 
 
 def render(pages: list[Page], images: Any = None) -> bytes:
