@@ -55,7 +55,7 @@ def test_resumed_pdf_renders_only_the_pages_not_done(monkeypatch):
         return real(self, *a, **kw)
 
     monkeypatch.setattr(pdfium.PdfPage, "render", counting)
-    done = {page_name("book.pdf", i) for i in (0, 1, 2, 4)}
+    done = {page_name("book.pdf", i, 6) for i in (0, 1, 2, 4)}
     events = list(input_events(buf.getvalue(), "in/book.pdf", "book.pdf",
                                page_done=lambda name, sha: name in done,
                                input_done=lambda rel, sha: None,
