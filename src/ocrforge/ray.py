@@ -26,7 +26,9 @@ This module is ``ocrforge.ray``; ``import ray`` below is the real Ray (absolute 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -35,6 +37,7 @@ import numpy as np
 import ray
 import ray.data
 from ray.data import ActorPoolStrategy
+from ray.data.exceptions import ExecutionTimeoutError
 
 from ocrforge.io.inputs import expand_paths
 from ocrforge.jobs.naming import config_hash, input_root, relative_name
@@ -96,6 +99,7 @@ class OCRActor:
     def __init__(self, config: Any, threads: int):
         from ocrforge.engine import OCR
 
+        t0, ready0 = time.perf_counter(), time.time()
         # threads (and the device) come from the config the driver sent, never from the
         # environment: a GPU actor has CUDA_VISIBLE_DEVICES set by Ray, and still runs on the
         # CPU unless the config says cuda
@@ -107,6 +111,10 @@ class OCRActor:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "device": self.engine.config.runtime.device,
+            # engine construction (model files opened, sessions built) and when it was ready
+            # (wall clock): benchmarks report actor start apart from the steady rate
+            "engine_start_s": round(time.perf_counter() - t0, 4), "ready_at": round(time.time(), 4),
+            "engine_started_at": round(ready0, 4),
         })
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -138,9 +146,20 @@ class OCRActor:
         out = {k: v for k, v in batch.items() if k != "image"}
         # CPU seconds this actor process has used so far (for measurements: benchmarks/)
         cpu = np.full(len(kinds), time.process_time(), dtype=np.float64)
+        rss = np.full(len(kinds), _peak_rss_mb(), dtype=np.float64)
         out.update(doc=docs, text=texts, error=errors, ocr_s=ocr_s, process_cpu_s=cpu,
+                   peak_rss_mb=rss,
                    worker=np.full(len(kinds), self.worker, dtype=object))
         return out
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
 def ocr_dataset(paths: Sequence[str], *, plan: dict[str, tuple[str, str]], config: Any,
@@ -190,7 +209,8 @@ def read_dataset(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
                  num_actors: int = 1, num_cpus_per_actor: float = 1.0,
                  num_gpus_per_actor: float = 0.0, batch_size: int = 4, config: Any = None,
                  address: str | None = None, progress: bool = True,
-                 actor_options: dict[str, Any] | None = None) -> JobSummary:
+                 actor_options: dict[str, Any] | None = None,
+                 quiet: bool = False) -> JobSummary:
     """OCR files and folders on a Ray cluster into ``output_dir``, resumably.
 
     The output folder is the one ``ocrforge batch`` writes (per-page JSON and text, a
@@ -199,7 +219,9 @@ def read_dataset(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     or starts a local one; "auto" joins a cluster started with ``ray start``; "ray://host:10001"
     a remote one. ``actor_options`` go to ``map_batches`` (e.g. ``resources``,
     ``accelerator_type``). Returns the same JobSummary as the local job, with ``workers``
-    filled (pages per actor, its node and CUDA_VISIBLE_DEVICES).
+    filled (pages per actor, its node and CUDA_VISIBLE_DEVICES). A failure of Ray itself (it
+    cannot start or be joined, an actor that cannot build its engine) is a RuntimeError with
+    one line naming the cause; ``quiet`` keeps Ray's own log lines off the console.
     """
     from ocrforge.config import EngineConfig
 
@@ -213,19 +235,77 @@ def read_dataset(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     root = input_root(srcs)
     started = False
     if not ray.is_initialized():
-        if address and address.startswith("ray://"):
-            ray.init(address=address)  # Ray Client: only the address (pip install 'ray[client]')
-        else:
-            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        connect(address, quiet=quiet)
         started = True
     try:
         _check_resources(num_actors, num_cpus_per_actor, num_gpus_per_actor)
         with PageStore(output_dir, config_hash(cfg)) as store:
-            return _run(store, files, root, cfg, num_actors, num_cpus_per_actor,
-                        num_gpus_per_actor, batch_size, progress, actor_options)
+            try:
+                return _run(store, files, root, cfg, num_actors, num_cpus_per_actor,
+                            num_gpus_per_actor, batch_size, progress, actor_options)
+            except (ray.exceptions.RayError, ExecutionTimeoutError) as e:
+                raise RuntimeError(
+                    f"the Ray job stopped ({_cause(e)}); the pages finished so far are in "
+                    f"{os.fspath(output_dir)}: run the same command again to resume") from e
     finally:
         if started:
             ray.shutdown()
+
+
+def connect(address: str | None, *, quiet: bool = False) -> None:
+    """``ray.init`` for a job: None starts a private local instance, even when RAY_ADDRESS is set
+    or a cluster started with ``ray start`` runs on this machine (plain ``ray.init()`` would join
+    either); "auto", "HOST:PORT" or "ray://HOST:PORT" join the cluster asked for. A failure is a
+    RuntimeError naming the address, not Ray's traceback."""
+    if address and address != "auto":
+        _check_listening(address)
+    if quiet:  # the command prints its own progress and one line for an error
+        logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+    level = logging.ERROR if quiet else logging.INFO
+    try:
+        if address and address.startswith("ray://"):
+            # Ray Client: only the address (pip install 'ray[client]')
+            ray.init(address=address, logging_level=level)
+        else:
+            ray.init(address=address or "local", log_to_driver=False, include_dashboard=False,
+                     logging_level=level)
+    except Exception as e:
+        what = f"join the Ray cluster at {address}" if address else "start a local Ray instance"
+        raise RuntimeError(f"cannot {what}: {_first_line(e)}") from e
+
+
+_ERROR_LINE = re.compile(r"^\s*((?:\w+\.)*(\w*(?:Error|Exception|Exit)\w*)): (.+)$")
+
+
+def _cause(e: BaseException) -> str:
+    """The root cause of a Ray error in one line: the last ``SomeError: message`` line of the
+    remote traceback Ray puts in its message (e.g. an actor's engine that could not start),
+    without the module path; else the error's first line."""
+    for line in reversed(str(e).splitlines()):
+        m = _ERROR_LINE.match(line)
+        if m and "Traceback" not in m.group(3):
+            what = "an OCR actor died" if isinstance(e, ray.exceptions.RayActorError) else ""
+            return (what + ": " if what else "") + f"{m.group(2)}: {m.group(3).strip()}"
+    return _first_line(e)
+
+
+def _check_listening(address: str) -> None:
+    """Ray retries an address where nothing listens for minutes; a TCP connect says at once."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # not HOST:PORT: Ray itself says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as e:
+        raise RuntimeError(f"cannot join the Ray cluster at {address}: nothing answers there "
+                           f"({e.strerror or e}); is the head node up (`ray status`)?") from None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _run(store: PageStore, files: list[str], root: Any, cfg: Any, num_actors: int,
@@ -247,21 +327,53 @@ def _run(store: PageStore, files: list[str], root: Any, cfg: Any, num_actors: in
         n = store.input_done(rel, r["sha256"])
         if n is not None:
             done_inputs[rel] = (r["sha256"], n)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False  # ours counts pages; Ray's would fight it on stderr
     t0 = time.perf_counter()
     with bar:
         if plan:
             bar.started()
-            ds = ocr_dataset(list(plan), plan=plan, config=cfg, num_actors=num_actors,
-                             num_cpus_per_actor=num_cpus, num_gpus_per_actor=num_gpus,
-                             batch_size=batch_size, done_pages=done_pages,
-                             done_inputs=done_inputs, actor_options=actor_options)
-            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            kw = dict(paths=list(plan), plan=plan, config=cfg, num_actors=num_actors,
+                      num_cpus_per_actor=num_cpus, num_gpus_per_actor=num_gpus,
+                      batch_size=batch_size, done_pages=done_pages, done_inputs=done_inputs,
+                      actor_options=actor_options)
+            for batch in _result_batches(kw):
                 for i in range(len(batch["kind"])):
                     _record(rec, {k: v[i] for k, v in batch.items()})
     summary = rec.finish(time.perf_counter() - t0)
     return summary
+
+
+def _result_batches(kw: dict[str, Any]) -> Iterator[dict[str, np.ndarray]]:
+    """The job's result batches. Ray Data cannot run from a Ray Client driver
+    (ray-project/ray#48682: it needs a core worker), so through ``ray://`` the dataset runs in a
+    relay actor on the cluster and its batches come back one call at a time."""
+    from ray.util.client import ray as client_ray
+
+    if not client_ray.is_connected():
+        yield from _iter_dataset(kw)
+        return
+    relay = _Relay.options(num_cpus=0).remote(kw)
+    try:
+        while (batch := ray.get(relay.next.remote())) is not None:
+            yield batch
+    finally:
+        ray.kill(relay)
+
+
+def _iter_dataset(kw: dict[str, Any]) -> Iterator[dict[str, np.ndarray]]:
+    ray.data.DataContext.get_current().enable_progress_bars = False  # ours counts pages
+    ds = ocr_dataset(**kw)
+    yield from ds.iter_batches(batch_size=None, batch_format="numpy")
+
+
+@ray.remote
+class _Relay:
+    """Runs the dataset on the cluster for a Ray Client driver (see _result_batches)."""
+
+    def __init__(self, kw: dict[str, Any]):
+        self.batches = _iter_dataset(kw)
+
+    def next(self) -> dict[str, np.ndarray] | None:
+        return next(self.batches, None)
 
 
 def _record(rec: JobRecorder, row: dict[str, Any]) -> None:
@@ -275,6 +387,7 @@ def _record(rec: JobRecorder, row: dict[str, Any]) -> None:
         w["pages"] += 1
         w["busy_s"] += float(row["ocr_s"])  # seconds inside engine.read
         w["process_cpu_s"] = max(w.get("process_cpu_s", 0.0), float(row["process_cpu_s"]))
+        w["peak_rss_mb"] = max(w.get("peak_rss_mb", 0.0), float(row["peak_rss_mb"]))
         if error:
             rec.on_page_error(source=source, rel=rel, page=page, sha256=sha, error=error)
         else:

@@ -1,0 +1,143 @@
+"""A real multi-node Ray cluster on one machine, started with the `ray start` CLI.
+
+Every node is one `ray start --block` process in a session of its own, so killing its process
+group kills that whole node (raylet, object store, workers; on the head also the GCS), and
+nothing else on the machine. RAY_TMPDIR points at a short private folder, so the cluster's
+address file (which `ray.init()` and `--address auto` read) never touches /tmp/ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_ports() -> list[str]:
+    """Ports of a node's own servers: the defaults (e.g. the dashboard agent's 52365) would
+    collide between two nodes on one machine."""
+    return [f"--{name}={free_port()}" for name in (
+        "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")]
+
+
+class RayNode:
+    """One node: `ray start ... --block` in its own session (its pid is the group id)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+        self.log = log
+        self._out = open(log, "ab")  # noqa: SIM115 (kept open while the node runs)
+        self.proc = subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", *args],
+                                     env=env, stdout=self._out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def kill(self) -> None:
+        """SIGKILL the whole node at once, as a lost machine would."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=60)
+        self._out.close()
+
+
+class RayCluster:
+    """A head with no CPUs (it hosts the GCS and the driver's 0-CPU tasks, never an OCR actor)
+    and worker nodes with their own CPUs, fake GPUs and an ``ocr`` resource."""
+
+    def __init__(self) -> None:
+        # short: Ray's socket paths live under it (108-byte limit on a Unix socket path)
+        self.tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+        # RAY_AUTH_MODE: Ray 2.60 turns token auth on for a `ray start` head when
+        # ~/.ray/auth_token exists (any earlier local ray.init() writes one), and then refuses
+        # drivers that join by address; the tests pin it off for every process
+        self.env = {**os.environ, "RAY_TMPDIR": str(self.tmp), "RAY_AUTH_MODE": "disabled"}
+        self.env.pop("RAY_ADDRESS", None)
+        self.port, self.client_port = free_port(), free_port()
+        self.head = RayNode(["--head", f"--port={self.port}", "--num-cpus=0", "--num-gpus=0",
+                             "--include-dashboard=false", f"--ray-client-server-port={self.client_port}",
+                             "--object-store-memory=80000000", *node_ports()],
+                            self.env, self.tmp / "head.log")
+        self.workers: list[RayNode] = []
+        self.address = self._wait_for_address()
+
+    def _wait_for_address(self, timeout: float = 180) -> str:
+        f = self.tmp / "ray" / "ray_current_cluster"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if f.is_file() and f.read_text().strip():
+                return f.read_text().strip()
+            if self.head.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise RuntimeError(f"Ray head did not start: {self.head.log.read_text()[-3000:]}")
+
+    @property
+    def host(self) -> str:
+        return self.address.rsplit(":", 1)[0]
+
+    @property
+    def client_address(self) -> str:
+        return f"ray://{self.host}:{self.client_port}"
+
+    def add_worker(self, *, num_cpus: int = 1, num_gpus: int = 1) -> RayNode:
+        """Start a worker node and wait until the cluster lists it (one at a time: two
+        `ray start` of one machine started together can trip over each other; a node whose
+        process ended before joining is started once more)."""
+        before = len(self.alive_nodes())
+        for attempt in range(2):
+            n = RayNode([f"--address={self.address}", f"--num-cpus={num_cpus}",
+                         f"--num-gpus={num_gpus}", '--resources={"ocr": 1}',
+                         "--object-store-memory=80000000", *node_ports()],
+                        self.env, self.tmp / f"worker{len(self.workers)}-{attempt}.log")
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and n.proc.poll() is None:
+                if len(self.alive_nodes()) > before:
+                    self.workers.append(n)
+                    return n
+                time.sleep(1)
+            n.kill()
+        raise RuntimeError(f"Ray worker node did not join: {n.log.read_text()[-3000:]}")
+
+    def alive_nodes(self) -> list[str]:
+        """Ids of the alive nodes, asked by a separate driver (a subprocess: the caller's own
+        Ray state is left alone)."""
+        import json
+
+        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
+                "log_to_driver=False); "
+                "print('NODES=' + json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))")
+        got = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True,
+                             text=True, timeout=180)
+        if got.returncode != 0:
+            return []
+        lines = [ln for ln in got.stdout.splitlines() if ln.startswith("NODES=")]
+        return json.loads(lines[-1][len("NODES="):]) if lines else []
+
+    def wait_for_nodes(self, n: int, timeout: float = 180) -> list[str]:
+        """Node ids once ``n`` nodes are alive."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.alive_nodes()
+            if len(nodes) >= n:
+                return nodes
+            time.sleep(1)
+        raise RuntimeError(f"only {len(self.alive_nodes())} of {n} Ray nodes came up")
+
+    def shutdown(self) -> None:
+        for n in [*self.workers, self.head]:
+            n.kill()
