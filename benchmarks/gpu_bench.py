@@ -345,7 +345,8 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
                      "engine_start_plus_bucket_warmup_s": warm_s, "gpu_decode": gp.gpu_decode}
         out[name] = row  # saved as it fills: a run cut short keeps what was measured
         gp.stats.__init__()
-        if ARGS.profile and name == configs[0][0] and cuda:
+        if ARGS.profile and not RESULTS.get("profiled") and cuda:  # the first config only
+            RESULTS["profiled"] = name
             row["profile"] = profile_stages(gp, (real or files)[: ARGS.profile_pages])
             gp.stats.__init__()
         cpu0 = host_cpu_s()
@@ -383,7 +384,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             f"post(cpu) {st.post_s:.2f}s")
         if n_latency:
             lat = []
-            for f in files[ARGS.warm_pages : ARGS.warm_pages + n_latency]:
+            for f in files[ARGS.warm_pages : ARGS.warm_pages + n_latency] or files[:n_latency]:
                 t0 = time.perf_counter()
                 list(gp.run([f]))
                 lat.append(time.perf_counter() - t0)
@@ -630,8 +631,17 @@ def main() -> None:
                 sec_stage(models, cf, tuple(int(b) for b in ARGS.det_batches.split(",")),
                           tuple(int(b) for b in ARGS.rec_batches.split(",")), ARGS.iters)
             elif s == "e2e":
-                cf = [e2e_all[k] for k in ARGS.e2e_configs.split(",")]
-                sec_e2e(engine_kw, synth_dir, dev, cf, ARGS.latency_pages, ARGS.det_batch, ARGS.rec_batch)
+                for k in ARGS.e2e_configs.split(","):  # one failing config leaves the others measured
+                    try:
+                        sec_e2e(engine_kw, synth_dir, dev, [e2e_all[k]], ARGS.latency_pages, ARGS.det_batch,
+                                ARGS.rec_batch)
+                    except Exception as e:
+                        import traceback
+
+                        traceback.print_exc()
+                        RESULTS.setdefault("failed", {})[f"e2e:{k}"] = f"{type(e).__name__}: {e}"
+                        log(f"e2e config {k} FAILED: {e}")
+                    save(ARGS.out)
             elif s == "ort":
                 sec_ort(engine_kw, synth_dir, dev, ARGS.ort_pages)
             elif s == "warm":
