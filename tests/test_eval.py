@@ -34,7 +34,8 @@ def test_score_page_known_values():
 
 
 def test_reference_text_uses_reading_order_not_label_order():
-    a = rec([("second", box(0, 40, 50, 60)), ("first", box(0, 0, 50, 20)), ("right", box(60, 2, 120, 20))])
+    a = rec([("second", box(0, 40, 50, 60)), ("first", box(0, 0, 50, 20)), ("right", box(60, 2, 120, 20))],
+            kind="receipt")
     assert reference_text(a) == "first right\nsecond"
 
 
@@ -173,3 +174,14 @@ def test_reference_order_from_labels_word_accuracy_and_order_tau():
     assert score_page(r, cols)["edits"] == 1
     with pytest.raises(ValueError):
         reference_text(r, "random")
+
+
+def test_auto_reference_order_follows_labels_for_documents_rule_for_receipts():
+    """With layout on by default a two-column document comes back in column order; "auto" must
+    score it against the labels' reading order (the dev set's document labels are listed in
+    reading order, without a ``reading_order`` flag), while receipts keep the row rule."""
+    lines = [("left one", box(0, 0, 50, 20)), ("left two", box(0, 30, 50, 50)),
+             ("right one", box(70, 0, 120, 20)), ("right two", box(70, 30, 120, 50))]
+    cols = Page([Line(t, p, 0.9) for t, p in lines], 120, 50)
+    assert score_page(rec(lines, kind="document"), cols)["edits"] == 0
+    assert reference_text(rec(lines, kind="receipt")) == "left one right one\nleft two right two"
