@@ -100,6 +100,23 @@ def test_gpu_scheduler_code_matches_onnxruntime_twice(ort_engine, generated):
             assert truth[0].split()[0] in p.lines[0].text
 
 
+def test_gpu_scheduler_db_processes_keep_reading_order(ort_engine, generated):
+    """The GPU path's DB box extraction in worker processes (its default on CUDA; tested
+    nowhere else on the CPU) gives the lines, in the order, of the in-process engine."""
+    pytest.importorskip("torch")
+    imgs = [g[0] for g in generated[:2]]
+    off = {"layout.enabled": False}
+    ref = list(OCR(ort_engine.config.with_(**off)).read_many(imgs))
+    eng = OCR(ort_engine.config.with_(runtime="torch", device="cpu", det_batch_size=2,
+                                      **off, **{"gpu.post_processes": 1}))
+    sched = eng.gpu_scheduler()
+    assert sched.post_processes == 1
+    got = list(sched.run(imgs))
+    eng.close()
+    for r, g in zip(ref, got, strict=True):  # (a word space may differ: torch vs ONNX Runtime)
+        assert [ln.text.replace(" ", "") for ln in g.lines] == [ln.text.replace(" ", "") for ln in r.lines]
+
+
 def test_results_in_input_order_each_page_its_own(ort_engine, generated, tmp_path):
     """Pages with distinct codes, mixed with bad inputs and a 3-page PDF, through read_many
     (CPU pipeline) come back in input order, each holding its own code."""
