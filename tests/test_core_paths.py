@@ -148,10 +148,13 @@ def test_results_in_input_order_each_page_its_own(ort_engine, generated, tmp_pat
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("decode", [True, False], ids=["nvjpeg", "host-decode"])
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
-def test_cuda_scheduler_matches_onnxruntime_many_pages_twice(ort_engine, generated, precision):
-    """On CUDA (GPU decode on, CUDA graphs): the 20 pages read like ONNX Runtime FP32, twice
-    through the same scheduler; the pages go in as JPEG bytes so nvJPEG decodes them."""
+def test_cuda_scheduler_matches_onnxruntime_many_pages_twice(ort_engine, generated, precision, decode):
+    """On CUDA (CUDA graphs): the 20 pages read like ONNX Runtime FP32, twice through the same
+    scheduler; the pages go in as JPEG bytes, decoded by nvJPEG or on the host (2026-12-01 on
+    the H200 all three precisions failed with nvJPEG on: 786 lines vs 812; the host-decode
+    cases split that between the decoder and the rest of the path)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
@@ -163,9 +166,9 @@ def test_cuda_scheduler_matches_onnxruntime_many_pages_twice(ort_engine, generat
     ref_counts, ref_cer = _summary(ref, generated)
     eng = OCR(ort_engine.config.with_(runtime="torch", device="cuda", torch_precision=precision,
                                       cuda_graphs=True, det_batch_size=4,
-                                      **{"gpu.warmup": False}))
+                                      **{"gpu.warmup": False, "gpu.decode": decode}))
     sched = eng.gpu_scheduler()
-    assert sched.gpu_decode == (importlib_has("torchvision"))
+    assert sched.gpu_decode == (decode and importlib_has("torchvision"))
     for run in range(2):
         got = list(sched.run(jpegs))
         counts, got_cer = _summary(got, generated)
