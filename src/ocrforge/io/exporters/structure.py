@@ -286,6 +286,13 @@ def spaced_words(line: Line, words: list[Word], min_gap: float = MIN_WORD_GAP) -
     return out
 
 
+def spaced_page(page: Page, min_gap: float = MIN_WORD_GAP) -> Page:
+    """A copy of the page whose lines' words are ``spaced_words`` (lines without words from
+    the layout stage are left as they are: their proportional split keeps the spaces' share)."""
+    return replace(page, lines=[replace(ln, words=spaced_words(ln, ln.words, min_gap)) if ln.words else ln
+                                for ln in page.lines])
+
+
 def _along(lb: Baseline, point: tuple[float, float]) -> float:
     """Distance of a point from the line's origin along its direction (image pixels)."""
     return (point[0] - lb.origin[0]) * lb.direction[0] + (point[1] - lb.origin[1]) * lb.direction[1]
