@@ -17,7 +17,7 @@ pytest.importorskip("ocrmypdf", reason="OCRmyPDF not installed (pip install 'ocr
 
 import pypdfium2 as pdfium  # noqa: E402
 from conftest import render_lines  # noqa: E402
-from exportkit import two_column_page  # noqa: E402
+from exportkit import Sheet, two_column_page  # noqa: E402
 from PIL import Image  # noqa: E402
 from rapidfuzz.distance import Levenshtein  # noqa: E402
 
@@ -112,6 +112,62 @@ def test_ocr_element_tree_follows_reading_order_and_word_boxes():
     classes = [ln.ocr_class for ln in tree.iter_by_class("ocr_line", "ocr_header", "ocr_footer")]
     assert classes[0] == "ocr_header" and classes[-1] == "ocr_footer"
     assert all(par.ocr_class == "ocr_par" for par in tree.children)
+
+
+TOUCHING = ["Paper receipts remain common", "By Ada Lindqvist, Staff Writer"]
+
+
+def touching_words_page():
+    """Two lines whose word boxes run up to the next word (CTC word boxes meet in the middle
+    of a narrow gap)."""
+    s = Sheet(1000, 200)
+    for y, text in zip((40, 120), TOUCHING, strict=True):
+        s.put(30, y, text, size=40, words=True)
+    for ln in s.lines:
+        for a, b in zip(ln.words, ln.words[1:], strict=False):
+            a.poly[1][0] = a.poly[2][0] = b.poly[0][0]  # this word's box ends where the next starts
+    return s.page(dpi=144.0)
+
+
+def rendered_lines(tree, tmp_path: Path) -> list[str]:
+    """pdftotext's lines of the text layer OCRmyPDF's own renderer draws for the tree."""
+    import ocrmypdf as omp
+    from ocrmypdf.font import MultiFontManager
+    from ocrmypdf.fpdf_renderer.renderer import Fpdf2PdfRenderer
+
+    if shutil.which("pdftotext") is None:
+        pytest.skip("pdftotext not installed (apt-get install poppler-utils)")
+    out = tmp_path / "layer.pdf"
+    fonts = MultiFontManager(Path(omp.__file__).parent / "data")
+    Fpdf2PdfRenderer(page=tree, dpi=144.0, multi_font_manager=fonts, invisible_text=True).render(out)
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def test_ocr_element_tree_keeps_spaces_between_touching_word_boxes(tmp_path):
+    """OCRmyPDF's renderer fits each word's glyphs to its box, so words whose boxes touch met
+    edge to edge and pdftotext copied them as one ("Paperreceipts", issue 20, first seen on a
+    page turned by 270 degrees). The tree ends such a word a little early; its start stays."""
+    from ocrforge.ocrmypdf_plugin import page_to_ocr_element
+
+    page = touching_words_page()
+    tree = page_to_ocr_element(page, 144.0, 0)
+    words = tree.iter_by_class("ocrx_word")
+    given = [wd for ln in page.lines for wd in ln.words]
+    assert [w.bbox.left for w in words] == pytest.approx([min(p[0] for p in wd.poly) for wd in given])
+    assert rendered_lines(tree, tmp_path) == TOUCHING
+
+
+def test_engine_hocr_keeps_spaces_between_touching_word_boxes(tmp_path, monkeypatch):
+    """The same on OCRmyPDF's hOCR path (generate_hocr, read back by its hOCR parser)."""
+    from ocrmypdf.hocrtransform import HocrParser
+
+    from ocrforge import ocrmypdf_plugin
+
+    monkeypatch.setattr(ocrmypdf_plugin, "_read", lambda _: (touching_words_page(), 144.0))
+    ocrmypdf_plugin.OcrforgeEngine().generate_hocr(tmp_path / "in.png", tmp_path / "p.hocr",
+                                                   tmp_path / "p.txt", None)
+    assert rendered_lines(HocrParser(tmp_path / "p.hocr").parse(), tmp_path) == TOUCHING
 
 
 def test_engine_hocr_and_text_only_pdf_paths(tmp_path):

@@ -391,14 +391,7 @@ def test_ocrmypdf_plugin_on_turned_pages_without_rotate_pages(inputs, tmp_path):
         lines = [ln.strip() for ln in poppler[i].splitlines() if ln.strip()]
         # every line whole, words and spaces; OCRmyPDF shows the page as given, and poppler
         # orders the lines of a sideways page by where they sit on it (270: last line first)
-        if angle == 270:
-            # KNOWN DEFECT (issue 20, open since the layout stage became the default): poppler
-            # joins one word pair of this page ("Paperreceipts"); pdfium above has every word.
-            # Until it is fixed, the lines are compared without spaces here.
-            assert sorted(x.replace(" ", "") for x in lines) == \
-                sorted(x.replace(" ", "") for x in LINES), (angle, poppler[i])
-        else:
-            assert sorted(lines) == sorted(LINES), (angle, poppler[i])
+        assert sorted(lines) == sorted(LINES), (angle, poppler[i])
         assert pdf_coverage(pdf, i) >= MIN_COVER, angle
 
 

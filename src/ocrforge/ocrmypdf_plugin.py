@@ -120,12 +120,15 @@ def page_to_ocr_element(page: Any, dpi: float | None, page_number: int) -> OcrEl
     read upright (without ``--rotate-pages`` OCRmyPDF hands over sideways or upside-down
     images) is mapped back onto that image and every line gets the text's ``textangle``
     (counter-clockwise, as in hOCR), so OCRmyPDF's renderer lays each line along its ink;
-    the baseline is the one of the upright line, which is the un-rotated line box."""
+    the baseline is the one of the upright line, which is the un-rotated line box. A word
+    whose box runs up to the next word's ends a little early (``spaced_words``): OCRmyPDF's
+    renderer draws each word over its box and extractors find word breaks by the gaps."""
     from ocrforge.io.exporters.structure import (
         as_given,
         baseline,
         quad_bbox,
         regions,
+        spaced_words,
         table_lines,
         text_angle,
         union_bbox,
@@ -156,7 +159,9 @@ def page_to_ocr_element(page: Any, dpi: float | None, page_number: int) -> OcrEl
             intercept = b.origin[1] + slope * (ux0 - b.origin[0]) - uy1
             line = OcrElement(ocr_class=LINE_CLASS.get(r.kind, OcrClass.LINE), bbox=box(ln.bbox),
                               baseline=Baseline(slope=slope, intercept=intercept), textangle=angle)
-            words = words_of(ln)
+            # OCRmyPDF fits each word's glyphs to its box; words whose boxes touch would copy
+            # without the space between them (pdftotext), so they end a little early
+            words = spaced_words(ln, words_of(ln))
             if page.rotation == 180:
                 # an upside-down page stays upside down: pdfium orders a line's words by
                 # position and would copy them in reverse, so the line is one run (as pdf.py
@@ -231,11 +236,12 @@ class OcrforgeEngine(OcrEngine):
     @staticmethod
     def generate_hocr(input_file: Path, output_hocr: Path, output_text: Path, options: Any) -> None:
         from ocrforge.io.exporters import export
-        from ocrforge.io.exporters.structure import page_text
+        from ocrforge.io.exporters.structure import page_text, spaced_page
 
         page, dpi = _read(input_file)
         page.dpi = page.dpi or dpi
-        Path(output_hocr).write_bytes(export([page], "hocr"))
+        # OCRmyPDF renders this hOCR as it does the tree (each word fitted to its box)
+        Path(output_hocr).write_bytes(export([spaced_page(page)], "hocr"))
         Path(output_text).write_text(page_text(page), encoding="utf-8")
 
     @staticmethod

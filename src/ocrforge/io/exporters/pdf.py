@@ -9,7 +9,7 @@
   (skewed lines stay skewed); the font size is the line height, the baseline its bottom
   edge, so a character's box spans the line box from bottom to top. A space character is
   placed in the gap between words, and words whose boxes touch (word boxes from CTC run up
-  to the next word) end MIN_GAP line heights early: poppler (pdftotext) and pdfium find word
+  to the next word) end MIN_WORD_GAP line heights early (structure.word_spans): poppler (pdftotext) and pdfium find word
   breaks by the distance between glyphs, not by the space character. A line the orientation
   classifier found upside down is one run over the line's box (extractors would reorder its
   words by position).
@@ -30,13 +30,18 @@ from typing import Any
 
 from ocrforge.io.exporters.glyphless_font import ADVANCE, NAME, UNITS_PER_EM, glyphless_ttf
 from ocrforge.io.exporters.pdf_objects import PdfWriter, num, pdf_string
-from ocrforge.io.exporters.structure import Baseline, baseline, regions, table_lines, words_of
+from ocrforge.io.exporters.structure import (
+    Baseline,
+    baseline,
+    regions,
+    table_lines,
+    word_spans,
+    words_of,
+)
 from ocrforge.result import Line, Page
 
 DEFAULT_DPI = 300.0
 JPEG_QUALITY = 90
-# the least gap between two words, in line heights (extractors need about 0.05 to see a break)
-MIN_GAP = 0.15
 CHARS_PER_BFCHAR_BLOCK = 100  # the CMap syntax allows at most 100 entries per block
 
 
@@ -235,38 +240,13 @@ def _line_ops(line: Line, scale: float, page_h: float, codes: _Codes) -> list[st
         # in reverse; the whole line as one run over its box copies right (no word boxes)
         return ops + _run(" ".join(wd.text for wd in words), lb, 0.0, max(lb.length, 1e-3),
                           size, scale, page_h, codes, m)
-    spans = _word_spans(lb, words)
+    spans = word_spans(lb, words)
     for k, (wd, (start, end)) in enumerate(zip(words, spans, strict=True)):
         ops += _run(wd.text, lb, start, end - start, size, scale, page_h, codes, m)
         if k + 1 < len(words):
             gap = max(spans[k + 1][0] - end, 1e-3)
             ops += _run(" ", lb, end, gap, size, scale, page_h, codes, m)
     return ops
-
-
-def _word_spans(lb: Baseline, words: list) -> list[tuple[float, float]]:
-    """(start, end) of every word along the line (image pixels), with a gap of at least
-    MIN_GAP line heights before the next word: extractors (poppler, pdfium) find word breaks
-    by the distance between glyphs, so words whose boxes touch (word boxes from CTC run up to
-    the next word) would copy as one. The gap is taken from the end of the word before, where
-    a box that touches the next one holds no ink."""
-    spans = []
-    for wd in words:
-        g = baseline(wd.poly)
-        start = _along(lb, g.origin)
-        spans.append([start, start + max(g.length, 1e-3)])
-    want = MIN_GAP * lb.height
-    for k in range(len(spans) - 1):
-        start, end = spans[k]
-        nxt = spans[k + 1][0]
-        if nxt - end < want:  # shrink this word by at most a third of its length
-            spans[k][1] = max(nxt - want, start + (end - start) * 2 / 3)
-    return [(s, max(e, s + 1e-3)) for s, e in spans]
-
-
-def _along(lb: Baseline, point: tuple[float, float]) -> float:
-    """Distance of a point from the line's origin along its direction (image pixels)."""
-    return (point[0] - lb.origin[0]) * lb.direction[0] + (point[1] - lb.origin[1]) * lb.direction[1]
 
 
 def _run(text: str, lb: Baseline, start: float, length: float, size: float, scale: float,

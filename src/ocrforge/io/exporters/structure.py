@@ -240,6 +240,64 @@ def baseline(poly: Quad) -> Baseline:
     return Baseline((p3[0], p3[1]), (ux, uy), length, (h0 + h1) / 2.0)
 
 
+# the least gap between two neighbouring words of a line, in line heights: poppler (pdftotext)
+# and pdfium find word breaks by the distance between glyphs (they need about 0.05), not by the
+# space character, so words drawn edge to edge copy as one
+MIN_WORD_GAP = 0.15
+
+
+def word_spans(lb: Baseline, words: list[Word], min_gap: float = MIN_WORD_GAP) -> list[tuple[float, float]]:
+    """(start, end) of every word along the line ``lb`` (image pixels), with a gap of at least
+    ``min_gap`` line heights before the next word: extractors (poppler, pdfium) find word breaks
+    by the distance between glyphs, so words whose boxes touch (word boxes from CTC run up to
+    the middle of the gap to the next word) would copy as one. The gap is taken from the end of
+    the word before, where a box that touches the next one holds no ink."""
+    spans = []
+    for wd in words:
+        g = baseline(wd.poly)
+        start = _along(lb, g.origin)
+        spans.append([start, start + max(g.length, 1e-3)])
+    want = min_gap * lb.height
+    for k in range(len(spans) - 1):
+        start, end = spans[k]
+        nxt = spans[k + 1][0]
+        if nxt - end < want:  # shrink this word by at most a third of its length
+            spans[k][1] = max(nxt - want, start + (end - start) * 2 / 3)
+    return [(s, max(e, s + 1e-3)) for s, e in spans]
+
+
+def spaced_words(line: Line, words: list[Word], min_gap: float = MIN_WORD_GAP) -> list[Word]:
+    """The words of ``line`` with each word's quad ending where ``word_spans`` ends it: for a
+    renderer that fits every word's glyphs to its box (OCRmyPDF's), so that neighbouring words
+    keep a gap that extractors read as a space. Words that need no trimming are returned as
+    they are."""
+    lb = baseline(reading_quad(line.poly, line.angle))
+    out = []
+    for wd, (start, end) in zip(words, word_spans(lb, words, min_gap), strict=True):
+        length = baseline(wd.poly).length
+        f = (end - start) / length if length > 1e-9 else 1.0
+        if f >= 1.0 - 1e-9:
+            out.append(wd)
+            continue
+        p0, p1, p2, p3 = ([float(v) for v in p] for p in wd.poly[:4])
+        p1 = [p0[0] + f * (p1[0] - p0[0]), p0[1] + f * (p1[1] - p0[1])]
+        p2 = [p3[0] + f * (p2[0] - p3[0]), p3[1] + f * (p2[1] - p3[1])]
+        out.append(replace(wd, poly=[p0, p1, p2, p3]))
+    return out
+
+
+def spaced_page(page: Page, min_gap: float = MIN_WORD_GAP) -> Page:
+    """A copy of the page whose lines' words are ``spaced_words`` (lines without words from
+    the layout stage are left as they are: their proportional split keeps the spaces' share)."""
+    return replace(page, lines=[replace(ln, words=spaced_words(ln, ln.words, min_gap)) if ln.words else ln
+                                for ln in page.lines])
+
+
+def _along(lb: Baseline, point: tuple[float, float]) -> float:
+    """Distance of a point from the line's origin along its direction (image pixels)."""
+    return (point[0] - lb.origin[0]) * lb.direction[0] + (point[1] - lb.origin[1]) * lb.direction[1]
+
+
 def xml_text(s: str) -> str:
     """Text with the characters XML cannot hold removed."""
     return _XML_BAD.sub("", s)
