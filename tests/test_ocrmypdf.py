@@ -190,3 +190,14 @@ def test_engine_hocr_and_text_only_pdf_paths(tmp_path):
     assert page.get_size() == pytest.approx((w * 72 / 150, h * 72 / 150), abs=0.05)  # PNG stores dots/metre
     assert squash(page.get_textpage().get_text_range()) == "Hocrpath42光学字符"
     assert not any(obj.type == pdfium.raw.FPDF_PAGEOBJ_IMAGE for obj in page.get_objects())
+
+
+def test_own_hocr_export_keeps_spaces_between_touching_word_boxes(tmp_path):
+    """`ocrforge read -f hocr` output turned into a PDF by an hOCR-to-PDF tool (here OCRmyPDF's
+    hOCR parser and renderer, which fit each word's glyphs to its box) keeps the word spaces."""
+    from ocrmypdf.hocrtransform import HocrParser
+
+    from ocrforge.io.exporters import export
+
+    (tmp_path / "p.hocr").write_bytes(export([touching_words_page()], "hocr"))
+    assert rendered_lines(HocrParser(tmp_path / "p.hocr").parse(), tmp_path) == TOUCHING

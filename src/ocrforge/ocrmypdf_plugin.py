@@ -236,12 +236,13 @@ class OcrforgeEngine(OcrEngine):
     @staticmethod
     def generate_hocr(input_file: Path, output_hocr: Path, output_text: Path, options: Any) -> None:
         from ocrforge.io.exporters import export
-        from ocrforge.io.exporters.structure import page_text, spaced_page
+        from ocrforge.io.exporters.structure import page_text
 
         page, dpi = _read(input_file)
         page.dpi = page.dpi or dpi
-        # OCRmyPDF renders this hOCR as it does the tree (each word fitted to its box)
-        Path(output_hocr).write_bytes(export([spaced_page(page)], "hocr"))
+        # OCRmyPDF renders this hOCR as it does the tree (each word fitted to its box); the
+        # hOCR exporter ends a word short of a touching neighbour
+        Path(output_hocr).write_bytes(export([page], "hocr"))
         Path(output_text).write_text(page_text(page), encoding="utf-8")
 
     @staticmethod

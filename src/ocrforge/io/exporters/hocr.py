@@ -23,6 +23,7 @@ from ocrforge.io.exporters.structure import (
     int_bbox,
     quad_bbox,
     regions,
+    spaced_page,
     text_angle,
     union_bbox,
     words_of,
@@ -53,7 +54,9 @@ def render(pages: list[Page], images: Any = None) -> bytes:
         " <body>",
     ]
     for n, page in enumerate(pages, 1):
-        out += _page(page, n)
+        # word boxes end short of a touching neighbour: hOCR-to-PDF tools fit each word's glyphs
+        # to its box, and touching words then extract as one
+        out += _page(spaced_page(page), n)
     out += [" </body>", "</html>", ""]
     return "\n".join(out).encode("utf-8")
 
