@@ -323,7 +323,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         if buckets.startswith("engine-defaults"):  # what `OCR(device="cuda")` gives a user
-            lim = {"det_limit_side": 1280} if buckets.endswith("1280") else {}
+            lim = DEFAULT_VARIANTS[buckets.removeprefix("engine-defaults")]
             eng = OCR(device=ARGS.device, **({} if cuda else {"runtime": "torch"}), **lim, **engine_kw)
         else:
             eng = OCR(runtime="torch", device=ARGS.device, torch_precision=prec, torch_compile=comp,
@@ -428,6 +428,60 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
                     f"peak {rm['peak_mem_GiB']:.2f} GiB reserved {rm['reserved_GiB']:.2f} GiB stats {rm['stats']}")
         out[name] = row
         save(ARGS.out)
+        eng.close()
+        del gp, eng
+
+
+DEFAULT_VARIANTS: dict[str, dict] = {  # e2e configs "def*": the default engine with one change
+    "": {}, "-1280": {"det_limit_side": 1280}, "-16mp": {"gpu.det_batch_megapixels": 16.0},
+    "-noori": {"page_orientation": False}, "-hostdec": {"gpu.decode": False},
+    "-nolayout": {"layout.enabled": False},
+}
+
+
+def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int) -> None:
+    """The default engine with one setting changed each (DEFAULT_VARIANTS): start, the real-page
+    mix (dev images repeated, shuffled) and the dev set's CER, in few seconds per variant."""
+    import torch
+
+    from ocrforge import OCR
+    from ocrforge.evaluation.dataset import load_dataset
+    from ocrforge.evaluation.eval import score_pages
+
+    recs = load_dataset(dev_dir)
+    real = [str(r.image) for r in recs] * (-(-n_pages // len(recs)))
+    np.random.default_rng(1).shuffle(real)
+    out = RESULTS.setdefault("variants", {})
+    cuda = ARGS.device.startswith("cuda")
+    for name in names:
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        eng = OCR(device=ARGS.device, **({} if cuda else {"runtime": "torch"}), **DEFAULT_VARIANTS[name],
+                  **engine_kw)
+        gp = eng.gpu_scheduler()
+        list(gp.run(real[:1]))
+        row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": time.perf_counter() - t0}
+        dpages = list(gp.run([str(r.image) for r in recs]))  # also the warm-up of the shapes
+        sc = score_pages(recs, dpages)["overall"]
+        row.update(dev_cer=sc.get("cer"), dev_cer_aligned=sc.get("cer_aligned"), dev_det_f1=sc.get("det_f1"))
+        gp.stats.__init__()
+        cpu0 = host_cpu_s()
+        with GpuSampler() as smp:
+            t1 = time.perf_counter()
+            n = sum(1 for _ in gp.run(real[:n_pages]))
+            el = time.perf_counter() - t1
+        row.update(pages=n, pages_per_s=n / el, host_cpu_ms_per_page=(host_cpu_s() - cpu0) / n * 1e3,
+                   gpu_util=smp.summary(), stats=gp.stats.__dict__.copy(),
+                   peak_mem_GiB=torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+                   reserved_GiB=torch.cuda.memory_reserved() / 2**30 if cuda else 0.0)
+        out[name or "default"] = row
+        save(ARGS.out)
+        log(f"variant {name or 'default'} {DEFAULT_VARIANTS[name]}: {row['pages_per_s']:.1f} pages/s util "
+            f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page "
+            f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
+            f"{row['dev_cer']:.4f} (aligned {row['dev_cer_aligned']:.4f}) det F1 {row['dev_det_f1']:.4f}")
         eng.close()
         del gp, eng
 
@@ -579,6 +633,9 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=1, help="torch.profiler stage table (1/0)")
     ap.add_argument("--profile-pages", type=int, default=64)
     ap.add_argument("--rotated", type=int, default=1, help="dev pages turned 90/180/270 (1/0)")
+    ap.add_argument("--variants", default="default,16mp,noori,hostdec,nolayout",
+                    help="variants section: the default engine with one change each")
+    ap.add_argument("--variant-pages", type=int, default=504, help="real-mix pages per variant")
     ARGS = ap.parse_args()
 
     import torch
@@ -614,6 +671,11 @@ def main() -> None:
         "fp32x": ("eager + CUDA graphs FP32, exact page shapes", "fp32", False, True, "exact"),
         "def": ("default engine OCR(device='cuda')", "fp16", False, True, "engine-defaults"),
         "def1280": ("default engine, det.limit_side=1280", "fp16", False, True, "engine-defaults-1280"),
+        # one setting changed each: which one the driver thread's pace depends on
+        "def16mp": ("default engine, det batches of 16 Mpx", "fp16", False, True, "engine-defaults-16mp"),
+        "defnoori": ("default engine, page orientation off", "fp16", False, True, "engine-defaults-noori"),
+        "defhostdec": ("default engine, host JPEG decode", "fp16", False, True, "engine-defaults-hostdec"),
+        "defnolayout": ("default engine, layout stage off", "fp16", False, True, "engine-defaults-nolayout"),
     }
     for s in secs:
         if time.perf_counter() - T_START > ARGS.budget_s:
@@ -646,6 +708,9 @@ def main() -> None:
                 sec_ort(engine_kw, synth_dir, dev, ARGS.ort_pages)
             elif s == "warm":
                 sec_warm(ARGS.model_dir or "")
+            elif s == "variants":
+                sec_variants(engine_kw, dev, ["" if v == "default" else "-" + v
+                                              for v in ARGS.variants.split(",")], ARGS.variant_pages)
         except Exception as e:  # keep going: report what failed
             import traceback
 
