@@ -127,8 +127,11 @@ def test_gpu_scheduler_left_early_exits_cleanly(five, cpu_load, tmp_path):
 def test_ctrl_c_in_read_many_stops_cleanly(five, cpu_load, tmp_path):
     script = tmp_path / "ctrlc.py"
     script.write_text(CTRL_C)
+    # a suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and so
+    # would the child (Python then installs no KeyboardInterrupt handler): give it the default
     p = subprocess.Popen([sys.executable, str(script), *five], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=_env())
+                         stderr=subprocess.PIPE, text=True, env=_env(),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert p.stdout.readline().strip() == "page"
         p.send_signal(signal.SIGINT)
