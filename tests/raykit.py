@@ -1,9 +1,10 @@
 """A real multi-node Ray cluster on one machine, started with the `ray start` CLI.
 
-Every node is one `ray start --block` process in a session of its own, so killing its process
-group kills that whole node (raylet, object store, workers; on the head also the GCS), and
-nothing else on the machine. RAY_TMPDIR points at a short private folder, so the cluster's
-address file (which `ray.init()` and `--address auto` read) never touches /tmp/ray.
+Every node is one `ray start --block` process in a session of its own; killing its process
+group and the processes below it kills that whole node (raylet, object store, workers; on the
+head also the GCS), and nothing else on the machine. RAY_TMPDIR points at a short private
+folder, so the cluster's address file (which `ray.init()` and `--address auto` read) never
+touches /tmp/ray.
 
 Every Ray driver (an ocrforge job, a node count) runs in a Python process of its own
 (``driver_env``, ``batch_argv``): Ray allows one driver connection per process, and a
@@ -74,12 +75,25 @@ class RayNode:
                                      start_new_session=True)
 
     def kill(self) -> None:
-        """SIGKILL the whole node at once, as a lost machine would."""
+        """SIGKILL the whole node at once, as a lost machine would: its process group and
+        every process below it (the raylet starts its workers in process groups of their
+        own, which would otherwise outlive it for a moment)."""
+        import psutil
+
         if self.proc.poll() is None:
+            try:
+                below = psutil.Process(self.proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                below = []
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for p in below:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
         self.proc.wait(timeout=60)
         self._out.close()
 
@@ -102,6 +116,7 @@ class RayCluster:
                              "--object-store-memory=80000000", *node_ports()],
                             self.env, self.tmp / "head.log")
         self.workers: list[RayNode] = []
+        self.node_ids: list[str] = []  # the alive nodes when the last worker had joined
         self.address = self._wait_for_address()
 
     def _wait_for_address(self, timeout: float = 180) -> str:
@@ -127,7 +142,7 @@ class RayCluster:
         """Start a worker node and wait until the cluster lists it (one at a time: two
         `ray start` of one machine started together can trip over each other; a node whose
         process ended before joining is started once more)."""
-        before = len(self.alive_nodes())
+        before = 1 + len(self.workers)  # the head and the workers started so far
         for attempt in range(2):
             n = RayNode([f"--address={self.address}", f"--num-cpus={num_cpus}",
                          f"--num-gpus={num_gpus}", '--resources={"ocr": 1}',
@@ -135,8 +150,9 @@ class RayCluster:
                         self.env, self.tmp / f"worker{len(self.workers)}-{attempt}.log")
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and n.proc.poll() is None:
-                if len(self.alive_nodes(at_least=before + 1, within=15)) > before:
+                if len(nodes := self.alive_nodes(at_least=before + 1, within=15)) > before:
                     self.workers.append(n)
+                    self.node_ids = nodes
                     return n
             n.kill()
         raise RuntimeError(f"Ray worker node did not join: {n.log.read_text()[-3000:]}")
@@ -160,13 +176,6 @@ class RayCluster:
             return []
         lines = [ln for ln in got.stdout.splitlines() if ln.startswith("NODES=")]
         return json.loads(lines[-1][len("NODES="):]) if lines else []
-
-    def wait_for_nodes(self, n: int, timeout: float = 180) -> list[str]:
-        """Node ids once ``n`` nodes are alive."""
-        nodes = self.alive_nodes(at_least=n, within=timeout)
-        if len(nodes) < n:
-            raise RuntimeError(f"only {len(nodes)} of {n} Ray nodes came up")
-        return nodes
 
     def shutdown(self) -> None:
         for n in [*self.workers, self.head]:

@@ -46,7 +46,7 @@ def cluster():
     try:
         c.add_worker()
         c.add_worker()
-        c.node_ids = c.wait_for_nodes(3)
+        assert len(c.node_ids) == 3, c.node_ids
         yield c
     finally:
         c.shutdown()
@@ -126,11 +126,19 @@ def test_address_auto_joins_the_cluster_two_nodes_local_result_and_resume(cluste
     assert read_outputs(out) == read_outputs(local)
 
 
+# Ray's client proxy now and then fails to start the server of a new client (its process ends
+# at once, with an empty log; here on 3 of 9 first connections to a fresh cluster, on none of 9
+# later ones, on the shared 2-core VM): the job exits 2 with this one line
+CLIENT_PROXY_FLAKE = "ConnectionAbortedError: Initialization failure from server"
+
+
 def test_ray_client_address(cluster, job, tmp_path):
     """ray://HEAD:PORT: the driver is a Ray Client; the actors run on the cluster's nodes."""
     src, local = job
-    rc, s, err = batch([str(src / "right"), "-o", str(tmp_path / "out"), "--address",
-                        cluster.client_address], driver_env(cluster.tmp), tmp_path / "s.json")
+    args = [str(src / "right"), "-o", str(tmp_path / "out"), "--address", cluster.client_address]
+    rc, s, err = batch(args, driver_env(cluster.tmp), tmp_path / "s.json")
+    if rc == 2 and CLIENT_PROXY_FLAKE in err:  # Ray's, before the job starts: once more
+        rc, s, err = batch(args, driver_env(cluster.tmp), tmp_path / "s.json")
     assert rc == 0 and s["pages_read"] == 8 and not s["failures"], err
     assert node_ids(s) and node_ids(s) <= set(cluster.node_ids), s["workers"]
     assert read_outputs(tmp_path / "out") == below(read_outputs(local), "right")
@@ -225,7 +233,7 @@ def test_head_killed_mid_job_rerun_resumes(cluster, job, tmp_path, ray_tmp):
     to the local job's."""
     src, local = job
     out, log = tmp_path / "out", tmp_path / "driver.log"
-    env = driver_env(cluster.tmp, RAY_gcs_rpc_server_reconnect_timeout_s="10")
+    env = driver_env(cluster.tmp, RAY_gcs_rpc_server_reconnect_timeout_s="5")
     driver = start_batch([str(src), "-o", str(out), "--address", cluster.address], env, log)
     try:
         done_before = wait_done(out, KILL_AT, driver)
