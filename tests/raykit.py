@@ -1,13 +1,21 @@
 """A real multi-node Ray cluster on one machine, started with the `ray start` CLI.
 
-Every node is one `ray start --block` process in a session of its own, so killing its process
-group kills that whole node (raylet, object store, workers; on the head also the GCS), and
-nothing else on the machine. RAY_TMPDIR points at a short private folder, so the cluster's
-address file (which `ray.init()` and `--address auto` read) never touches /tmp/ray.
+Every node is one `ray start --block` process in a session of its own; killing its process
+group and the processes below it kills that whole node (raylet, object store, workers; on the
+head also the GCS), and nothing else on the machine. RAY_TMPDIR points at a short private
+folder, so the cluster's address file (which `ray.init()` and `--address auto` read) never
+touches /tmp/ray.
+
+Every Ray driver (an ocrforge job, a node count) runs in a Python process of its own
+(``driver_env``, ``batch_argv``): Ray allows one driver connection per process, and a
+``ray.init`` against another cluster in a process that held one (another test module's
+in-process cluster, a Ray Client session) fails inside Ray with an AssertionError. The pytest
+process itself never calls ``ray.init`` here, so no Ray state reaches other test modules.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,6 +26,28 @@ import time
 from pathlib import Path
 
 RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def driver_env(ray_tmp: Path, **extra: str) -> dict[str, str]:
+    """Environment of a driver process: this worktree's ``sys.path``, Ray's files under
+    ``ray_tmp`` (never /tmp/ray), token auth off (see RayCluster), RAY_ADDRESS unset unless
+    given in ``extra``."""
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra)
+    return env
+
+
+def short_tmp() -> Path:
+    """A fresh folder with a short path (Ray's Unix socket paths live under RAY_TMPDIR and a
+    socket path has a 108-byte limit, which pytest's tmp_path can exceed)."""
+    return Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+
+
+def batch_argv(*args: str) -> list[str]:
+    """``ocrforge batch ... --ray`` as a command of its own (its own Ray driver process)."""
+    return [sys.executable, "-m", "ocrforge.cli", "batch", *args, "--ray", "--no-progress"]
 
 
 def free_port() -> int:
@@ -45,12 +75,25 @@ class RayNode:
                                      start_new_session=True)
 
     def kill(self) -> None:
-        """SIGKILL the whole node at once, as a lost machine would."""
+        """SIGKILL the whole node at once, as a lost machine would: its process group and
+        every process below it (the raylet starts its workers in process groups of their
+        own, which would otherwise outlive it for a moment)."""
+        import psutil
+
         if self.proc.poll() is None:
+            try:
+                below = psutil.Process(self.proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                below = []
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for p in below:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
         self.proc.wait(timeout=60)
         self._out.close()
 
@@ -61,7 +104,7 @@ class RayCluster:
 
     def __init__(self) -> None:
         # short: Ray's socket paths live under it (108-byte limit on a Unix socket path)
-        self.tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+        self.tmp = short_tmp()
         # RAY_AUTH_MODE: Ray 2.60 turns token auth on for a `ray start` head when
         # ~/.ray/auth_token exists (any earlier local ray.init() writes one), and then refuses
         # drivers that join by address; the tests pin it off for every process
@@ -73,6 +116,7 @@ class RayCluster:
                              "--object-store-memory=80000000", *node_ports()],
                             self.env, self.tmp / "head.log")
         self.workers: list[RayNode] = []
+        self.node_ids: list[str] = []  # the alive nodes when the last worker had joined
         self.address = self._wait_for_address()
 
     def _wait_for_address(self, timeout: float = 180) -> str:
@@ -98,7 +142,7 @@ class RayCluster:
         """Start a worker node and wait until the cluster lists it (one at a time: two
         `ray start` of one machine started together can trip over each other; a node whose
         process ended before joining is started once more)."""
-        before = len(self.alive_nodes())
+        before = 1 + len(self.workers)  # the head and the workers started so far
         for attempt in range(2):
             n = RayNode([f"--address={self.address}", f"--num-cpus={num_cpus}",
                          f"--num-gpus={num_gpus}", '--resources={"ocr": 1}',
@@ -106,37 +150,32 @@ class RayCluster:
                         self.env, self.tmp / f"worker{len(self.workers)}-{attempt}.log")
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and n.proc.poll() is None:
-                if len(self.alive_nodes()) > before:
+                if len(nodes := self.alive_nodes(at_least=before + 1, within=15)) > before:
                     self.workers.append(n)
+                    self.node_ids = nodes
                     return n
-                time.sleep(1)
             n.kill()
         raise RuntimeError(f"Ray worker node did not join: {n.log.read_text()[-3000:]}")
 
-    def alive_nodes(self) -> list[str]:
-        """Ids of the alive nodes, asked by a separate driver (a subprocess: the caller's own
-        Ray state is left alone)."""
-        import json
-
-        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
-                "log_to_driver=False); "
-                "print('NODES=' + json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))")
+    def alive_nodes(self, *, at_least: int = 0, within: float = 0) -> list[str]:
+        """Ids of the alive nodes, asked by a driver process of its own, which waits up to
+        ``within`` seconds for ``at_least`` of them ([] if it cannot join)."""
+        code = (
+            "import json, time, ray\n"
+            f"ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False)\n"
+            f"deadline = time.monotonic() + {within}\n"
+            "while True:\n"
+            "    nodes = [n['NodeID'] for n in ray.nodes() if n['Alive']]\n"
+            f"    if len(nodes) >= {at_least} or time.monotonic() > deadline:\n"
+            "        break\n"
+            "    time.sleep(0.5)\n"
+            "print('NODES=' + json.dumps(nodes))\n")
         got = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True,
-                             text=True, timeout=180)
+                             text=True, timeout=within + 180)
         if got.returncode != 0:
             return []
         lines = [ln for ln in got.stdout.splitlines() if ln.startswith("NODES=")]
         return json.loads(lines[-1][len("NODES="):]) if lines else []
-
-    def wait_for_nodes(self, n: int, timeout: float = 180) -> list[str]:
-        """Node ids once ``n`` nodes are alive."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            nodes = self.alive_nodes()
-            if len(nodes) >= n:
-                return nodes
-            time.sleep(1)
-        raise RuntimeError(f"only {len(self.alive_nodes())} of {n} Ray nodes came up")
 
     def shutdown(self) -> None:
         for n in [*self.workers, self.head]:
