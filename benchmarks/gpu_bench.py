@@ -432,7 +432,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
         del gp, eng
 
 
-DEFAULT_VARIANTS: dict[str, dict] = {  # e2e configs "def*": the default engine with one change
+DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e "def*", variants)
     "": {}, "-1280": {"det_limit_side": 1280}, "-16mp": {"gpu.det_batch_megapixels": 16.0},
     "-noori": {"page_orientation": False}, "-hostdec": {"gpu.decode": False},
     "-nolayout": {"layout.enabled": False},
@@ -671,11 +671,6 @@ def main() -> None:
         "fp32x": ("eager + CUDA graphs FP32, exact page shapes", "fp32", False, True, "exact"),
         "def": ("default engine OCR(device='cuda')", "fp16", False, True, "engine-defaults"),
         "def1280": ("default engine, det.limit_side=1280", "fp16", False, True, "engine-defaults-1280"),
-        # one setting changed each: which one the driver thread's pace depends on
-        "def16mp": ("default engine, det batches of 16 Mpx", "fp16", False, True, "engine-defaults-16mp"),
-        "defnoori": ("default engine, page orientation off", "fp16", False, True, "engine-defaults-noori"),
-        "defhostdec": ("default engine, host JPEG decode", "fp16", False, True, "engine-defaults-hostdec"),
-        "defnolayout": ("default engine, layout stage off", "fp16", False, True, "engine-defaults-nolayout"),
     }
     for s in secs:
         if time.perf_counter() - T_START > ARGS.budget_s:
