@@ -182,3 +182,48 @@ def importlib_has(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decode", [True, False], ids=["nvjpeg", "host-decode"])
+def test_cuda_scheduler_never_waits_for_the_gpu_in_steady_state(generated, decode, monkeypatch):
+    """Once its shapes are captured, a run issues no synchronising CUDA call (an implicit one,
+    such as a tensor made from host data per page, makes the driver thread wait for every
+    queued kernel, so the CPU and the GPU take turns). Capturing a new shape may sync: that
+    is exempt. Explicit event waits on finished copies are not flagged by torch."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import cv2
+
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    capture = TorchRuntime._capture
+
+    def quiet_capture(self, x):
+        torch.cuda.set_sync_debug_mode(0)
+        try:
+            return capture(self, x)
+        finally:
+            torch.cuda.set_sync_debug_mode(1)
+
+    monkeypatch.setattr(TorchRuntime, "_capture", quiet_capture)
+    jpegs = [cv2.imencode(".jpg", g[0], [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+             for g in generated]
+    eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True,
+              **{"gpu.decode": decode})
+    sched = eng.gpu_scheduler()
+    for _ in range(2):
+        list(sched.run(jpegs))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode(1)
+        try:
+            pages = list(sched.run(jpegs))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    syncs = sorted({f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)})
+    assert all(p.lines for p in pages)
+    assert not syncs, syncs

@@ -11,6 +11,7 @@ import numpy as np
 import pyclipper
 
 from ocrforge.models.registry import DetConstants
+from ocrforge.stages.device_constants import constant
 
 
 @dataclass
@@ -71,8 +72,8 @@ class DetPreprocessor:
         x = img.unsqueeze(0).float()
         if tuple(x.shape[2:]) != (rh, rw):
             x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False)
-        sc = x.new_tensor(self.scale).view(1, 3, 1, 1)
-        of = x.new_tensor(self.offset).view(1, 3, 1, 1)
+        sc = constant(self.scale, (1, 3, 1, 1), x)
+        of = constant(self.offset, (1, 3, 1, 1), x)
         out[:, :rh, :rw] = (x * sc + of)[0]
 
     def __call__(self, img: np.ndarray, limit: int | None = None) -> DetInput:

@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 
 from ocrforge.result import to_input_frame  # noqa: F401  (geometry lives with the result)
+from ocrforge.stages.device_constants import constant
 
 ANGLES = (0, 90, 180, 270)  # output order of the network
 SIZE = 224
@@ -32,6 +33,7 @@ _STD = np.array([0.229, 0.224, 0.225], np.float32)
 # cv2.rotate code that undoes a page turned clockwise by the angle
 _UNDO = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
 _ROT90_K = {90: 1, 180: 2, 270: 3}  # torch.rot90 turns (dims 1 -> 2) that do the same
+_PYR_TAPS = np.outer([1.0, 4.0, 6.0, 4.0, 1.0], [1.0, 4.0, 6.0, 4.0, 1.0]) / 256.0  # pyrDown's 5x5
 
 
 def applies(h: int, w: int, min_side: int = 64, max_aspect: float = 4.0) -> bool:
@@ -80,9 +82,7 @@ def prepare_torch(img: Any) -> Any:
         x = x.round_()
     top, left = (rh - SIZE) // 2, (rw - SIZE) // 2
     x = x[0, :, top : top + SIZE, left : left + SIZE].flip(0) / 255.0  # BGR -> RGB
-    mean = torch.tensor(_MEAN, device=x.device).view(3, 1, 1)
-    std = torch.tensor(_STD, device=x.device).view(3, 1, 1)
-    return (x - mean) / std
+    return (x - constant(_MEAN, (3, 1, 1), x)) / constant(_STD, (3, 1, 1), x)
 
 
 def _area_weights(n_in: int, n_out: int, like: Any) -> Any:
@@ -100,12 +100,10 @@ def _area_weights(n_in: int, n_out: int, like: Any) -> Any:
 def _pyr_down(x: Any) -> Any:
     """cv2.pyrDown on an N x C x H x W float tensor: 5-tap Gaussian (1 4 6 4 1)/16 each way,
     reflect-101 borders, every second pixel, rounded to uint8 values."""
-    import torch
     import torch.nn.functional as F
 
     c = x.shape[1]
-    k1 = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0], device=x.device) / 16.0
-    k = (k1[:, None] * k1[None, :]).expand(c, 1, 5, 5)
+    k = constant(_PYR_TAPS, (1, 1, 5, 5), x).expand(c, 1, 5, 5)
     y = F.conv2d(F.pad(x, (2, 2, 2, 2), mode="reflect"), k, stride=2, groups=c)
     oh, ow = (x.shape[2] + 1) // 2, (x.shape[3] + 1) // 2
     return y[:, :, :oh, :ow].round_()

@@ -1,0 +1,109 @@
+"""Where a process's Python threads spend their time: a sampling profiler for benchmarks.
+
+Every ``interval`` seconds it reads every thread's current frame (sys._current_frames) and, for
+threads whose name starts with one of the given prefixes, counts (a) the innermost frame inside
+ocrforge's source (file:function:line: time in C calls is charged to the Python line that
+called them) and (b) the outermost ocrforge method of the stack (the driver loop's step).
+Low overhead (one GIL acquisition per sample); the shares are statistical."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+_SRC = str(Path(__file__).resolve().parents[1] / "src" / "ocrforge")
+
+
+def _where(frame) -> tuple[str, str]:
+    inner = outer = None
+    f = frame
+    while f is not None:
+        fn = f.f_code.co_filename
+        if "/ocrforge/" in fn and "/benchmarks/" not in fn:
+            here = f"{Path(fn).name}:{f.f_code.co_name}:{f.f_lineno}"
+            inner = inner or here
+            outer = f"{Path(fn).name}:{f.f_code.co_name}"
+        f = f.f_back
+    top = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
+    return inner or top, outer or top
+
+
+class ThreadSampler:
+    def __init__(self, prefixes: tuple[str, ...] = ("ocrforge-gpu",), interval: float = 0.002,
+                 depth: int = 2):
+        self.prefixes, self.interval, self.depth = prefixes, interval, depth
+        self.inner: dict[str, Counter] = {}
+        self.steps: dict[str, Counter] = {}
+        self.samples: Counter = Counter()
+        self._stop = threading.Event()
+        self._t: threading.Thread | None = None
+
+    def __enter__(self) -> ThreadSampler:
+        self._t = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._t:
+            self._t.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():
+                name = names.get(ident, "?")
+                if not name.startswith(self.prefixes):
+                    continue
+                kind = name.rsplit("_", 1)[0]  # ThreadPoolExecutor names end in _N
+                inner, outer = _where(frame)
+                self.samples[kind] += 1
+                self.inner.setdefault(kind, Counter())[inner] += 1
+                self.steps.setdefault(kind, Counter())[_step(frame, outer)] += 1
+
+    def summary(self, top: int = 20) -> dict:
+        out = {}
+        for kind, n in self.samples.items():
+            out[kind] = {"samples": n,
+                         "steps": {k: round(v / n, 4) for k, v in self.steps[kind].most_common(top)},
+                         "lines": {k: round(v / n, 4) for k, v in self.inner[kind].most_common(top)}}
+        return out
+
+
+def _step(frame, outer: str) -> str:
+    """The DriverLoop method just below run() (take, launch_det, ...), else the outer frame."""
+    chain = []
+    f = frame
+    while f is not None:
+        if f.f_code.co_filename.endswith("gpu_loop.py"):
+            chain.append(f.f_code.co_name)
+        f = f.f_back
+    if chain:
+        chain.reverse()  # outermost first: run, then the step, then what it called
+        return "/".join(chain[1:3]) or chain[0] + ("" if frame.f_code.co_name != "sleep" else ":sleep")
+    return outer
+
+
+def fmt(summary: dict, top: int = 12) -> str:
+    rows = []
+    for kind, s in summary.items():
+        rows.append(f"  {kind} ({s['samples']} samples)")
+        rows += [f"    step {v * 100:5.1f}%  {k}" for k, v in list(s["steps"].items())[:top]]
+        rows += [f"    line {v * 100:5.1f}%  {k}" for k, v in list(s["lines"].items())[:top]]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # a self-check: a busy thread and a sleeping one
+    def busy():
+        t = time.time()
+        while time.time() - t < 0.3:
+            sum(range(1000))
+
+    with ThreadSampler(prefixes=("w",)) as s:
+        a = threading.Thread(target=busy, name="w-busy")
+        b = threading.Thread(target=time.sleep, args=(0.3,), name="w-sleep")
+        a.start(); b.start(); a.join(); b.join()  # noqa: E702
+    print(fmt(s.summary()), file=sys.stderr)
