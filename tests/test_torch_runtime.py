@@ -121,6 +121,55 @@ def test_gpu_scheduler_db_in_processes(pages, torch_cpu_engine):
             assert np.abs(np.array(la.poly) - np.array(lb.poly)).max() <= 2
 
 
+def test_gpu_scheduler_layout_in_processes_reads_like_inline(pages, torch_cpu_engine, monkeypatch):
+    """The layout stage in worker processes (the CUDA default) lays out a page exactly as on
+    the driver thread (same page and CTC steps in: same text, words, blocks, order out), and a
+    scheduler using them reads like one without, twice through the same scheduler. (Two runs
+    may batch lines differently, which can move a space between scripts: compared without.)"""
+    import copy
+
+    from ocrforge.scheduling.layout_workers import LayoutPool
+
+    inline = _scheduler(torch_cpu_engine, layout_processes=0)
+    seen = []
+    lay_out = inline.runner.lay_out
+
+    def recording(page, image, steps):
+        before = (copy.deepcopy(page), copy.deepcopy(steps))
+        out = lay_out(page, image, steps)
+        seen.append((*before, out))
+        return out
+
+    monkeypatch.setattr(inline.runner, "lay_out", recording)
+    items = [pages[0], b"not an image", pages[1], pages[0]]
+    want = list(inline.run(items))
+    assert inline.layout_pool is None and len(seen) == 3
+
+    def strip(p):
+        d = p.to_dict()
+        d.pop("timings_ms", None)
+        return d
+
+    pool = LayoutPool(2, inline.runner.layout_settings())
+    try:
+        for page, steps, out in seen:
+            assert strip(pool.submit(page, steps).result()) == strip(out)
+    finally:
+        pool.close()
+
+    def shape(p):
+        return (p.error is None, [(ln.text.replace(" ", ""), len(ln.words)) for ln in p.lines],
+                [(b.kind, b.lines) for b in p.blocks])
+
+    procs = _scheduler(torch_cpu_engine, layout_processes=2)
+    for _ in range(2):
+        assert [shape(p) for p in procs.run(items)] == [shape(p) for p in want]
+    assert procs.layout_pool is not None
+    procs.close()
+    assert procs.layout_pool is None
+    assert want[1].error and all(ln.words for ln in want[0].lines) and want[0].blocks
+
+
 def test_ctc_head_and_collapse_match_ctc_decoder(torch_cpu_engine):
     """The device head (argmax, prob) + vectorised collapse equal CTCDecoder on the probabilities."""
     from ocrforge.stages.recognize import CTCDecoder, ctc_head_torch

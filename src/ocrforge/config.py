@@ -149,6 +149,8 @@ class GpuConfig(_Section):
     decode: bool = True  # nvJPEG decode of plain JPEGs on the GPU (torchvision), batched
     post_workers: int = Field(8, ge=1)  # threads for DB box extraction
     post_processes: int | None = Field(None, ge=0)  # DB processes (None: auto on CUDA, 0 on CPU)
+    # processes for the layout stage (None: auto on CUDA, 0 on CPU: on the driver thread)
+    layout_processes: int | None = Field(None, ge=0)
     max_inflight: int = Field(128, ge=2)  # pages taken in and not yet emitted
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts

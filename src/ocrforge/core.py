@@ -240,6 +240,17 @@ class PageRunner:
                  image: np.ndarray | None = None) -> Page:
         """Lines from (quad, text, angle); every scheduler ends here. ``page`` needs source,
         index, width/height (or image) and optionally dpi."""
+        img = image if image is not None else getattr(page, "image", None)
+        result, steps = self.page_lines(page, quads, texts, angles, s, timings,
+                                        whole_image=whole_image, image=img)
+        return self.lay_out(result, img, steps) if s.layout else result
+
+    def page_lines(self, page: PageImage | Any, quads: list[np.ndarray],
+                   texts: list[tuple[str, float] | None], angles: list[int], s: Settings,
+                   timings: dict[str, float], *, whole_image: bool = False,
+                   image: np.ndarray | None = None) -> tuple[Page, list | None]:
+        """The first half of ``assemble``: the Page of kept lines (top to bottom when the
+        layout stage is off) and their CTC steps for ``lay_out`` (None: no steps)."""
         if whole_image and quads:
             quads, texts, angles = _pick_whole_or_lines(quads, texts, angles)
         lines = []
@@ -257,19 +268,21 @@ class PageRunner:
         if not s.layout:  # raw lines top to bottom, whatever order a scheduler decoded them in
             order = top_to_bottom([ln.poly for ln in lines])
             lines = [lines[i] for i in order]
-        img = image if image is not None else getattr(page, "image", None)
-        if img is not None:
-            h, w = img.shape[:2]
+        if image is not None:
+            h, w = image.shape[:2]
         else:
             h, w = page.height, page.width
         result = Page(lines, w, h, page.source, page.index, timings,
                       dpi=getattr(page, "dpi", None), rotation=getattr(page, "rotation", 0))
-        if s.layout:
-            t0 = time.perf_counter()
-            result = _layout(result, img, kept_steps if any(kept_steps) else None,
-                             {"tables": self.config.layout.tables, **self.layout_options})
-            result.timings["layout"] = time.perf_counter() - t0
-        return result
+        return result, (kept_steps if any(kept_steps) else None)
+
+    def layout_settings(self) -> dict[str, Any]:
+        """What ``lay_out`` passes to layout.analyze (picklable: worker processes get it)."""
+        return {"tables": self.config.layout.tables, **self.layout_options}
+
+    def lay_out(self, page: Page, image: np.ndarray | None, steps: list | None) -> Page:
+        """The second half of ``assemble``: reading order, blocks, tables and words."""
+        return layout_page(page, image, steps, self.layout_settings())
 
 
 def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
@@ -327,8 +340,12 @@ def _text_score(t: Any) -> tuple[str, float]:
     return t if isinstance(t, tuple) else (t.text, t.score)
 
 
-def _layout(page: Page, image: np.ndarray | None, steps: list | None,
-            options: dict[str, Any]) -> Page:
+def layout_page(page: Page, image: np.ndarray | None, steps: list | None,
+                options: dict[str, Any]) -> Page:
+    """layout.analyze, timed into the page's timings (a module function: processes run it)."""
     from ocrforge import layout
 
-    return layout.analyze(page, image=image, steps=steps, **options)
+    t0 = time.perf_counter()
+    out = layout.analyze(page, image=image, steps=steps, **options)
+    out.timings["layout"] = time.perf_counter() - t0
+    return out

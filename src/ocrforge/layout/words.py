@@ -16,6 +16,7 @@ between two CJK characters. Thresholds per pair of character classes, chosen on 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -194,9 +195,11 @@ def _pitch(steps: CharSteps) -> float:
 
 def is_vertical(poly: list[list[float]] | np.ndarray) -> bool:
     """Whether the crop of this quad was turned 90 degrees for recognition (as crop_quad does)."""
-    q = np.asarray(poly, np.float64)
-    w = max(np.linalg.norm(q[0] - q[1]), np.linalg.norm(q[2] - q[3]), 1.0)
-    h = max(np.linalg.norm(q[0] - q[3]), np.linalg.norm(q[1] - q[2]), 1.0)
+    # plain floats: called once per line of every page, numpy's per-call overhead was most of
+    # the layout stage's time on the GPU path
+    (x0, y0), (x1, y1), (x2, y2), (x3, y3) = ((float(p[0]), float(p[1])) for p in poly)
+    w = max(math.hypot(x0 - x1, y0 - y1), math.hypot(x2 - x3, y2 - y3), 1.0)
+    h = max(math.hypot(x0 - x3, y0 - y3), math.hypot(x1 - x2, y1 - y2), 1.0)
     return h / w >= VERTICAL_RATIO
 
 

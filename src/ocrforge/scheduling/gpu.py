@@ -134,6 +134,8 @@ class GpuScheduler:
         self.post_workers = g.post_workers
         self.post_processes = _post_processes(g.post_processes, self.cuda)
         self._dbpool: Any = None
+        self.layout_processes = _post_processes(g.layout_processes, self.cuda, layout=True)
+        self.layout_pool: Any = None
         self.gpu_decode = g.decode and self.cuda and _has_nvjpeg()
         self.max_inflight = g.max_inflight
         self.orient_batch = g.orient_batch
@@ -353,10 +355,19 @@ class GpuScheduler:
                                      (dd.thresh, dd.box_thresh, dd.unclip_ratio,
                                       dd.max_candidates, dd.min_size))
 
+    def ensure_layout_pool(self, s: Any) -> None:
+        if s.layout and self.layout_processes and self.layout_pool is None:
+            from ocrforge.scheduling.layout_workers import LayoutPool
+
+            self.layout_pool = LayoutPool(self.layout_processes, self.runner.layout_settings())
+
     def close(self) -> None:
         if self._dbpool is not None:
             self._dbpool.close()
             self._dbpool = None
+        if self.layout_pool is not None:
+            self.layout_pool.close()
+            self.layout_pool = None
 
     # ------------------------------------------------------------------ host side
     def decode_item(self, item: Any) -> list[GpuPage]:
@@ -400,6 +411,7 @@ class GpuScheduler:
         s = self.runner.settings(options)
         s.det_limit = self.limit
         self.ensure_db_pool()
+        self.ensure_layout_pool(s)
         w = Workers("ocrforge-gpu")  # closing the run stops and joins its threads (threads.py)
         out_q = w.queue(self.max_inflight * 2)
         in_q = w.queue(self.max_inflight)
@@ -463,7 +475,7 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         if isinstance(got, BaseException):
             raise got
         seq, page = got
-        done[seq] = page
+        done[seq] = _laid_out(page) if isinstance(page, Future) else page
         while nxt in done:
             yield done.pop(nxt)
             nxt += 1
@@ -473,12 +485,24 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         yield done[k]
 
 
-def _post_processes(configured: int | None, cuda: bool) -> int:
+def _laid_out(fut: Future) -> Page:
+    try:
+        return fut.result()
+    except Exception as e:  # a worker died or layout failed: the run fails, as it would inline
+        raise RuntimeError(f"layout stage failed ({type(e).__name__}: {e})") from e
+
+
+def _post_processes(configured: int | None, cuda: bool, layout: bool = False) -> int:
     if configured is not None:
         return configured
+    if not cuda:
+        return 0
+    cpus = os.cpu_count() or 2
+    if layout:  # ~5-10 ms per document page: 4 processes carry a few hundred pages/s
+        return min(4, max(1, cpus // 4))
     # ~100 pages/s per process for document pages (benchmarks/gpu_host_costs.py); leave a few
-    # cores to the GPU driver thread and the decoders
-    return min(12, max(1, (os.cpu_count() or 2) - 4)) if cuda else 0
+    # cores to the GPU driver thread, the decoders and the layout processes
+    return min(12, max(1, cpus - 4 - min(4, cpus // 4)))
 
 
 def _pow2_upto(n: int) -> list[int]:

@@ -89,11 +89,16 @@ class DriverLoop:
             self.out_q.put((p.seq, Page([], 0, 0, source=p.source, page_index=p.index,
                                         error=p.error)))
             return
-        page = self.runner.assemble(p, p.quads, p.texts, [0] * len(p.quads), self.s, p.timings,
-                                    whole_image=p.whole)
+        page, steps = self.runner.page_lines(p, p.quads, p.texts, [0] * len(p.quads), self.s,
+                                             p.timings, whole_image=p.whole)
         self.stats.pages += 1
         self.stats.lines += len(page.lines)
-        self.out_q.put((p.seq, page))
+        if not self.s.layout:
+            self.out_q.put((p.seq, page))
+        elif self.sch.layout_pool is not None:  # a Future: _in_order waits for it
+            self.out_q.put((p.seq, self.sch.layout_pool.submit(page, steps)))
+        else:
+            self.out_q.put((p.seq, self.runner.lay_out(page, None, steps)))
 
     # ------------------------------------------------------------------ steps
     def take(self) -> bool:
