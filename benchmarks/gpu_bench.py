@@ -412,7 +412,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
                 log(f"    real-page mix {rm['pages']} pages {rm['pages_per_s']:.1f} pages/s "
                     f"util {rm['gpu_util'].get('util_mean', -1):.0f}% host {rm['host_cpu_ms_per_page']:.1f} ms/page "
                     f"peak {rm['peak_mem_GiB']:.2f} GiB reserved {rm['reserved_GiB']:.2f} GiB stats {rm['stats']}"
-                    f"\n{fmt_profile(rm['profile'])}")
+                    f"\n    graph calls {rm['graph_calls']}\n{fmt_profile(rm['profile'])}")
         out[name] = row
         save(ARGS.out)
         eng.close()
@@ -467,7 +467,8 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
             f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page "
             f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
             f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
-            f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n{fmt_profile(row['profile'])}")
+            f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n    graph calls "
+            f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']})\n{fmt_profile(row['profile'])}")
         eng.close()
         sys.setswitchinterval(switch)
         del gp, eng
@@ -480,6 +481,8 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
     from thread_sampler import ThreadSampler
 
     gp.stats.__init__()
+    rts = {"det": gp.det, "rec": gp.rec, "orient": gp.orient_runtime()}
+    before = {k: dict(getattr(rt, "counts", {})) for k, rt in rts.items() if rt is not None}
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     cpu0 = host_cpu_s()
@@ -492,6 +495,10 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
            "gpu_util": smp.summary(), "stats": gp.stats.__dict__.copy(),
            "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
            "reserved_GiB": torch.cuda.memory_reserved() / 2**30 if cuda else 0.0}
+    # network calls in the pass: eager (first use of a shape), graph captures (second use) and
+    # their seconds, replays
+    row["graph_calls"] = {k: {c: round(rts[k].counts[c] - v, 3) for c, v in b.items()}
+                          for k, b in before.items()}
     if profile:
         row["profile"] = ts.summary()
     return row

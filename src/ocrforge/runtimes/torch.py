@@ -120,6 +120,7 @@ class TorchRuntime:
         # the allocator), so an engine serves its first pages without capturing anything
         self.capture_after = 1
         self._seen: dict[tuple, int] = {}
+        self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0}
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
         self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
@@ -143,9 +144,14 @@ class TorchRuntime:
         if g is None:
             seen = self._seen[key] = self._seen.get(key, 0) + 1
             if len(self._graphs) >= self._max_graphs or seen <= self.capture_after:
+                self.counts["eager"] += 1
                 return self.fn(x)
+            t0 = time.perf_counter()
             g = self._capture(x)
+            self.counts["captures"] += 1
+            self.counts["capture_s"] += time.perf_counter() - t0
             self._graphs[key] = g
+        self.counts["replays"] += 1
         graph, static_in, static_out = g
         static_in.copy_(x)
         graph.replay()
