@@ -118,6 +118,20 @@ def test_two_column_page_read_end_to_end(engine):
 
 
 # ------------------------------------------------------------------------------- blocks, JSON
+def test_a_title_is_found_by_its_font_size_when_its_box_is_barely_taller():
+    """Detected boxes of small print are padded, so a heading in a font twice the body's can
+    come out only ~1.25x as tall as a body line (seen on `ocrforge synth` column pages): the
+    title is judged by its characters' size (box length / typical advances) too."""
+    body = "This paragraph is set in the small body font of the page"
+    lines = [Line("Results And Discussion", [[20, 10], [560, 10], [560, 48], [20, 48]], 1.0)]
+    for k in range(4):
+        y = 70 + 36 * k
+        lines.append(Line(body, [[20, y], [620, y], [620, y + 30], [20, y + 30]], 1.0))
+    page = Page(lines, 700, 240)
+    analyze(page)
+    assert [b.kind for b in page.blocks] == ["title", "paragraph"], page.blocks
+
+
 def test_blocks_cover_every_line_once_and_json_round_trips():
     page, image, rec = _truth_page("columns", 3)
     analyze(page, image=image)
