@@ -73,3 +73,46 @@ def _fresh(items: list) -> list:
 def test_one_cpu_engine_has_no_pool() -> None:
     eng = OCR(**{"pipeline.processes": 1})
     assert eng.process_pool() is None
+
+
+@pytest.fixture(scope="module")
+def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("longpdf")
+    pages = [Image.fromarray(make_page(300 + i)[0][:, :, ::-1]) for i in range(5)]
+    pdf = d / "long.pdf"
+    pages[0].save(pdf, save_all=True, append_images=pages[1:], resolution=100)
+    return pdf
+
+
+def test_a_long_pdf_is_shared_out_in_slices_and_reads_as_one_process_does(long_pdf: Path,
+                                                                        tmp_path: Path) -> None:
+    """One big PDF uses every engine process (slices of pages), pages in order, numbered as in
+    the file, text as one process reads it; the engine's page range applies inside slices."""
+    from ocrforge.config import LimitsConfig
+    from ocrforge.io.inputs import PageSlice
+    from ocrforge.scheduling.processes import pdf_slices
+
+    slices = pdf_slices(str(long_pdf), LimitsConfig(), 2)
+    assert slices == [PageSlice(str(long_pdf), 0, 1), PageSlice(str(long_pdf), 2, 3),
+                      PageSlice(str(long_pdf), 4, 4)]
+    assert pdf_slices(str(long_pdf), LimitsConfig(max_pdf_pages=4), 2) == [str(long_pdf)]
+    assert pdf_slices(str(long_pdf), LimitsConfig(pages="2-4"), 2) == [str(long_pdf)]  # 3 pages
+    picked = pdf_slices(str(long_pdf), LimitsConfig(pages="1,3-5"), 2)
+    assert picked == [PageSlice(str(long_pdf), 0, 2), PageSlice(str(long_pdf), 3, 4)]
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(b"%PDF-1.4 broken")
+    assert pdf_slices(str(bad), LimitsConfig(), 2) == [str(bad)]
+
+    items = [str(long_pdf), str(bad)]
+    for extra in ({}, {"limits.pages": "1,3-5"}):
+        one = OCR(**{"pipeline.processes": 1, **extra})
+        ref = [(p.source, p.page_index, p.text, bool(p.error)) for p in one.read_many(items)]
+        many = OCR(**{"pipeline.processes": 2, **extra})
+        try:
+            got = [(p.source, p.page_index, p.text, bool(p.error)) for p in many.read_many(items)]
+        finally:
+            many.close()
+        assert got == ref
+    assert [r[1] for r in ref[:-1]] == [0, 2, 3, 4] and ref[-1][3]

@@ -64,7 +64,20 @@ class PageImage:
         return int(self.image.shape[1])
 
 
+@dataclass(frozen=True)
+class PageSlice:
+    """Pages ``first``..``last`` (0-based, inclusive) of a multi-page file: how one long PDF is
+    shared out between engine processes. It reads, and is named, like the file itself (its
+    pages keep their page numbers); a page range of the engine applies inside it too."""
+
+    item: str | os.PathLike
+    first: int
+    last: int
+
+
 def describe(item: Any) -> str:
+    if isinstance(item, PageSlice):
+        return describe(item.item)
     if isinstance(item, (str, os.PathLike)):
         return str(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
@@ -126,6 +139,15 @@ def _iter_pages(item: Any, max_pixels: int, pdf_dpi: int, max_pdf_pages: int,
                 skip: Callable[[int], bool] | None = None) -> Iterator[PageImage]:
     if isinstance(item, PageImage):  # decoded already (a page handed on by a scheduler)
         yield item
+        return
+    if isinstance(item, PageSlice):
+        inner, lo, hi = wanted, item.first, item.last
+
+        def in_slice(i: int) -> bool:
+            return lo <= i <= hi and (inner is None or inner(i))
+
+        yield from _iter_pages(item.item, max_pixels, pdf_dpi, max_pdf_pages, source, rgb,
+                               in_slice, skip)
         return
     if isinstance(item, str) and item == "-":
         source = source or "<stdin>"

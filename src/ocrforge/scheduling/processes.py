@@ -10,6 +10,8 @@ inputs to ``pipeline.processes`` worker processes of ``pipeline.process_threads`
 * Inputs are dealt out one at a time to whichever worker is free (a 7000-px scan does not hold
   up a queue of receipts); at most ``2 x processes`` inputs are in flight, so memory stays
   bounded however long the job; pages come back in input order.
+* A long PDF (given by path) is shared out as slices of a few pages (``PageSlice``), so one
+  big file uses every worker too; its pages still come back in order, numbered as in the file.
 * An input that cannot be pickled (an open file object, say) is read in this process in its turn.
 * A worker that dies (crash, out of memory) turns its current input into an error page naming
   the input; a new worker takes its place and the rest of the job goes on.
@@ -26,11 +28,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ocrforge.config import EngineConfig, ReadOptions
-from ocrforge.io.inputs import describe
+from ocrforge.config import EngineConfig, LimitsConfig, ReadOptions
+from ocrforge.io.inputs import PageSlice, count_pages, describe, parse_page_range, sniff
 from ocrforge.result import Page
 
 PROCESS_MEMORY = 1_200 * 2**20  # what one worker engine may need (dev set peak ~1.0 GiB)
+SLICE_PAGES = (2, 16)  # pages per slice of a shared-out PDF: at least, at most
 
 
 def usable_cpus() -> int:
@@ -54,6 +57,29 @@ def auto_processes(cpus: int, threads: int, available: int | None = None) -> int
         except Exception:  # no psutil or no /proc: trust the CPU count
             available = n * PROCESS_MEMORY
     return max(1, min(n, available // PROCESS_MEMORY))
+
+
+def pdf_slices(item: Any, limits: LimitsConfig, processes: int) -> list[Any]:
+    """A PDF file of several pages as PageSlices for ``processes`` workers (about four slices
+    each, for balance), else ``[item]``: other inputs, PDFs over the page limit or that do not
+    open (the worker then reports them as usual)."""
+    if processes < 2 or not isinstance(item, (str, os.PathLike)):
+        return [item]
+    try:
+        with open(item, "rb") as f:
+            if sniff(f.read(1024)) != "pdf":
+                return [item]
+        total = count_pages(item).total
+        wanted = parse_page_range(limits.pages) if limits.pages else None
+    except (OSError, ValueError):  # InputError is a ValueError
+        return [item]
+    sel = [i for i in range(total) if wanted is None or wanted(i)]
+    lo, hi = SLICE_PAGES
+    if len(sel) < 2 * lo or len(sel) > limits.max_pdf_pages:
+        return [item]
+    size = min(hi, max(lo, -(-len(sel) // (4 * processes))))
+    return [PageSlice(item, sel[k], sel[min(k + size, len(sel)) - 1])
+            for k in range(0, len(sel), size)]
 
 
 def worker_config(cfg: EngineConfig, threads: int) -> dict[str, Any]:
@@ -90,6 +116,7 @@ class ProcessPool:
                  processes: int, threads: int):
         self._ctx = mp.get_context("spawn")  # the parent's ORT thread pools must not be forked
         self._factory = factory
+        self._limits = config.limits
         self._cfg = worker_config(config, threads)
         self._jobs = self._ctx.Queue()
         self._results = self._ctx.Queue()
@@ -127,7 +154,8 @@ class ProcessPool:
         with self._lock:
             self._run_id += 1
             try:
-                yield from self._run(self._run_id, iter(items), options, batch_pages, local)
+                shares = (s for item in items for s in pdf_slices(item, self._limits, self.processes))
+                yield from self._run(self._run_id, shares, options, batch_pages, local)
             finally:  # closed early: inputs not yet taken by a worker are dropped
                 with contextlib.suppress(queue.Empty, OSError, ValueError):
                     while True:
