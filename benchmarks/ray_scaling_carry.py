@@ -66,7 +66,7 @@ def pack_models(out: Path) -> None:
     ms = get_model_set("ppocrv6-tiny")
     with lzma.open(out, "wb", preset=6) as xz, tarfile.open(fileobj=xz, mode="w") as tar:
         for mf in ms.files() + ms.optional_files():
-            tar.add(src / mf.path, arcname=f".models/{mf.path}")
+            tar.add(src / mf.relpath, arcname=f".models/{mf.relpath}")
 
 
 def main() -> int:
