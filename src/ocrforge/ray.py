@@ -104,6 +104,11 @@ class OCRActor:
         # environment: a GPU actor has CUDA_VISIBLE_DEVICES set by Ray, and still runs on the
         # CPU unless the config says cuda
         self.engine = OCR(config, intra_op_threads=threads)
+        import cv2
+
+        # OpenCV's own thread pool (resize, warps in the stages) would span every core of the
+        # node, next to the other actors' cores: the actor keeps to the CPUs it reserved
+        cv2.setNumThreads(threads)
         ctx = ray.get_runtime_context()
         self.worker = json.dumps({
             "pid": os.getpid(), "node_id": ctx.get_node_id(),
