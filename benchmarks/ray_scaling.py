@@ -11,16 +11,25 @@ every mode alike. Per run it reports apart:
 - ``engine_start_s``: each actor's engine construction (model files opened),
 - ``steady_pages_per_s``: pages written after the last actor was ready (Ray) or after the first
   page (local), over the time between them: the rate a long job converges to,
-- ``pages_per_s``: end to end, start-up included.
+- ``pages_per_s``: end to end, start-up included,
+- ``cpu_s_per_page`` and ``steady_cpu_s_per_page`` (the same steady part): CPU-seconds per page
+  by role, ``driver`` (this process), ``actors`` (the OCR actors), ``ray_workers`` (read tasks,
+  Ray Data's helper actors, idle workers), ``ray_daemons`` (raylet, GCS, log monitor, agents),
+  and ``total``; ``cpu_s_by_process``: the whole run's CPU by process title. CPU-seconds stay
+  meaningful on a shared machine; pages/s do not.
 
-Modes: ``local`` (ocrforge batch: the engine's page pipeline, which overlaps detection and
+Modes: ``local`` (ocrforge batch as one engine: the page pipeline, which overlaps detection and
 recognition on more than one core), ``localserial`` (pipeline off: one page at a time on one
 thread, what one Ray actor does), ``rayN`` (N actors of 1 CPU and 1 ONNX Runtime thread each).
-Run it alone on a quiet machine (timings taken under other load say nothing), e.g. on a 16-core
-host:
+Run it alone on a quiet machine (timings taken under other load say nothing). On a many-core
+host ``--host`` runs local, localserial and Ray with 1, 2, 4, 8 actors, each pinned to a core of
+its own (benchmarks/ray_scaling_host.sh: the lent 16-core host, nothing installed from the
+network):
 
-    python benchmarks/ray_scaling.py --images /path/to/page/images --n 64 --reps 2 \
-        --model-set ppocrv6-tiny --out benchmarks/results/ray_scaling.json
+    python benchmarks/ray_scaling.py --host --images /path/to/page/images --n 64 --reps 2 \
+        --model-set ppocrv6-tiny --budget-s 400 --out ray_scaling_host.json
+
+Needs, beyond ocrforge's own dependencies: ray[data] (ray, pyarrow, pandas, fsspec) and psutil.
 
 ``--smoke``: 6 generated pages, one repetition, local/ray1/ray2: checks that it runs (CI-sized;
 its numbers mean nothing).
@@ -94,7 +103,9 @@ class CpuMeter:
                 label = self.names[p.pid]
             else:
                 label = self.names[p.pid]
-            if self.pin and "OCRActor" in label and p.pid not in self.pinned:
+            # actors of an earlier run still exiting are in base: not pinned
+            if (self.pin and "OCRActor" in label and p.pid not in self.pinned
+                    and p.pid not in self.base):
                 self._pin(p)
         return got
 
@@ -123,7 +134,9 @@ class CpuMeter:
             self._sample(t0)
 
     def __enter__(self) -> CpuMeter:
+        pin, self.pin = self.pin, False  # what runs now is not this run's
         self.base = self._read()
+        self.pin = pin
         self._sample()
         self.thread.start()
         return self

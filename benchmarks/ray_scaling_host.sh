@@ -23,10 +23,13 @@ if [ "${1:-}" = --make-carry ]; then
 fi
 out=${OUT:-/tmp/ray_scaling_out}
 mkdir -p "$out" /tmp/site /tmp/rsmodels
-tar xJf "$c/site.tar.xz" -C /tmp/site || exit 1
+untar() {  # python's tarfile: no xz binary needed; file modes kept (raylet is a program)
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' "$1" "$2"
+}
+untar "$c/site.tar.xz" /tmp/site || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site "$c"/whl/*.whl || exit 1
-tar xJf "$c/models-tiny.tar.xz" -C /tmp/rsmodels || exit 1
+untar "$c/models-tiny.tar.xz" /tmp/rsmodels || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src OCRFORGE_MODEL_DIR=/tmp/rsmodels/.models PYTHONUNBUFFERED=1
 export RAY_USAGE_STATS_ENABLED=0
 nproc
