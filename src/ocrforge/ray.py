@@ -180,7 +180,8 @@ def ocr_dataset(paths: Sequence[str], *, plan: dict[str, tuple[str, str]], confi
 
     ``plan`` maps each absolute input path to (source as reported, relative output name).
     Rows with ``kind == "page"`` carry ``doc`` (the page JSON) and ``text``.
-    ``read_tasks``: how many read-and-render tasks run at once (default: one per actor).
+    ``read_tasks``: how many read-and-render tasks run at once (default: one per 4 CPU actors,
+    one per GPU actor).
     """
     limits = dict(pdf_dpi=config.limits.pdf_dpi, max_pixels=config.limits.max_pixels,
                   max_pdf_pages=config.limits.max_pdf_pages)
@@ -200,10 +201,12 @@ def ocr_dataset(paths: Sequence[str], *, plan: dict[str, tuple[str, str]], confi
     # still run (they are light next to OCR), or the actors would starve. But with no CPU to
     # limit them Ray runs one task per input file at once, each in a new worker process (Ray
     # imports, ~3 CPU-seconds on the 2-core VM: measured 9.6 CPU-s of reading for 20 pages
-    # with one actor, against 0.5 with this limit). One task per actor at once keeps a few
-    # worker processes busy, reused from file to file, and still one file per task, so a task
-    # retried after a lost node redoes one file. The same limit on both keeps them one task.
-    reads = max(1, read_tasks or num_actors)
+    # with one actor, against 0.5 with this limit). A few tasks at once keep a few worker
+    # processes busy, reused from file to file, and still one file per task, so a task retried
+    # after a lost node redoes one file. Decoding or rendering a page takes a small part of
+    # what one CPU thread takes to OCR it, so one reader feeds 4 CPU actors; a GPU actor reads
+    # many times faster and gets one of its own. The same limit on both keeps them one task.
+    reads = max(1, read_tasks or (num_actors if num_gpus_per_actor else -(-num_actors // 4)))
     try:
         ds = ray.data.read_binary_files(list(paths), include_paths=True, num_cpus=0,
                                         concurrency=reads)
