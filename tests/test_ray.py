@@ -120,3 +120,41 @@ def test_worker_node_killed_mid_job_every_page_once(cluster, job200, config, tmp
     assert len(records) == 200 and set(records.values()) == {1}, "a page lost or written twice"
     assert read_outputs(out) == read_outputs(local)
     assert temp_files(out) == []
+
+
+def test_reading_runs_in_few_worker_processes(cluster, config, tmp_path):
+    """Reading and rendering reserve no CPU, so without a limit Ray ran one read task per
+    input file at once, each in a new worker process (Ray's and ocrforge's imports: seconds
+    of CPU each: 8 processes for 12 files). One actor gets one reader task at a time; it may
+    run on any of the 3 nodes, and Ray ends a worker idle for a second on a node whose CPUs
+    the actors hold, so a few processes, not one per file."""
+    import psutil
+    from conftest import render_lines
+
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(24):
+        render_lines([f"reader {i}"], size=18, margin=8).image.save(src / f"r{i:02d}.png")
+    readers: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    if "_pages_of_input" in p.name():
+                        readers.add(p.pid)
+                except psutil.Error:
+                    pass
+            time.sleep(0.02)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        s = read_dataset([src], tmp_path / "out", num_actors=1, config=config, progress=False,
+                         actor_options=ON_OCR_NODES)
+    finally:
+        done.set()
+        t.join(5)
+    assert s.pages_read == 24 and not s.failures
+    assert 1 <= len(readers) <= 6, f"{len(readers)} reader processes"

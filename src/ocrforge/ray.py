@@ -104,6 +104,11 @@ class OCRActor:
         # environment: a GPU actor has CUDA_VISIBLE_DEVICES set by Ray, and still runs on the
         # CPU unless the config says cuda
         self.engine = OCR(config, intra_op_threads=threads)
+        import cv2
+
+        # OpenCV's own thread pool (resize, warps in the stages) would span every core of the
+        # node, next to the other actors' cores: the actor keeps to the CPUs it reserved
+        cv2.setNumThreads(threads)
         ctx = ray.get_runtime_context()
         self.worker = json.dumps({
             "pid": os.getpid(), "node_id": ctx.get_node_id(),
@@ -169,11 +174,14 @@ def ocr_dataset(paths: Sequence[str], *, plan: dict[str, tuple[str, str]], confi
                 done_inputs: dict[str, tuple[str, int]] | None = None,
                 actor_options: dict[str, Any] | None = None,
                 block_bytes: int = 1 << 20,
-                actor_start_timeout_s: int = 600) -> ray.data.Dataset:
+                actor_start_timeout_s: int = 600,
+                read_tasks: int | None = None) -> ray.data.Dataset:
     """The lazy dataset of results (one row per page plus bookkeeping rows).
 
     ``plan`` maps each absolute input path to (source as reported, relative output name).
     Rows with ``kind == "page"`` carry ``doc`` (the page JSON) and ``text``.
+    ``read_tasks``: how many read-and-render tasks run at once (default: one per 4 CPU actors,
+    one per GPU actor).
     """
     limits = dict(pdf_dpi=config.limits.pdf_dpi, max_pixels=config.limits.max_pixels,
                   max_pdf_pages=config.limits.max_pdf_pages)
@@ -189,11 +197,20 @@ def ocr_dataset(paths: Sequence[str], *, plan: dict[str, tuple[str, str]], confi
     saved = ctx.target_max_block_size, ctx.wait_for_min_actors_s
     ctx.target_max_block_size = block_bytes
     ctx.wait_for_min_actors_s = actor_start_timeout_s
+    # Reading and rendering reserve no CPU: with every CPU held by an OCR actor they must
+    # still run (they are light next to OCR), or the actors would starve. But with no CPU to
+    # limit them Ray runs one task per input file at once, each in a new worker process (Ray
+    # imports, ~3 CPU-seconds on the 2-core VM: measured 9.6 CPU-s of reading for 20 pages
+    # with one actor, against 0.5 with this limit). A few tasks at once keep a few worker
+    # processes busy, reused from file to file, and still one file per task, so a task retried
+    # after a lost node redoes one file. Decoding or rendering a page takes a small part of
+    # what one CPU thread takes to OCR it, so one reader feeds 4 CPU actors; a GPU actor reads
+    # many times faster and gets one of its own. The same limit on both keeps them one task.
+    reads = max(1, read_tasks or (num_actors if num_gpus_per_actor else -(-num_actors // 4)))
     try:
-        ds = ray.data.read_binary_files(list(paths), include_paths=True, num_cpus=0)
-        # reading and rendering reserve no CPU: with every CPU held by an OCR actor they must
-        # still run (they are light next to OCR), or the actors would starve
-        ds = ds.flat_map(_pages_of_input, num_cpus=0, fn_kwargs={
+        ds = ray.data.read_binary_files(list(paths), include_paths=True, num_cpus=0,
+                                        concurrency=reads)
+        ds = ds.flat_map(_pages_of_input, num_cpus=0, concurrency=reads, fn_kwargs={
             "plan": plan, "done_pages": done_pages or {}, "done_inputs": done_inputs or {},
             "limits": limits})
     finally:
