@@ -119,8 +119,12 @@ def score_page(rec: Record, page: Any, casefold: str = "auto", ref_order: str = 
     out: dict[str, Any] = {"image": rec.name, "lang": rec.lang, "kind": rec.kind, "casefold": cf,
                            "hyp_lines": len(hyp_lines), "error": error}
     hyp_text = "" if page is None or error else page.text
+    # labels are in the pixels of the image as given; a page that page orientation turned
+    # has its lines in the upright page's pixels
+    turned = bool(getattr(page, "rotation", 0)) and hasattr(page, "input_poly")
+    hyp_polys = [page.input_poly(ln.poly) if turned else ln.poly for ln in hyp_lines]
     if rec.lines is not None:
-        m = match_lines([ln.poly for ln in rec.lines], [ln.poly for ln in hyp_lines],
+        m = match_lines([ln.poly for ln in rec.lines], hyp_polys,
                         [ln.ignore for ln in rec.lines])
         correct = sum(
             normalize_text(rec.lines[r].text, cf) == normalize_text(hyp_lines[h].text, cf)
@@ -137,7 +141,8 @@ def score_page(rec: Record, page: Any, casefold: str = "auto", ref_order: str = 
         order = range(len(care)) if labels_in_order(rec, ref_order) else reading_order([ln.poly for ln in care])
         for pos, i in enumerate(order):
             rank[i] = pos
-        care_polys, kept_polys = [ln.poly for ln in care], [ln.poly for ln in kept]
+        care_polys = [ln.poly for ln in care]
+        kept_polys = [p for j, p in enumerate(hyp_polys) if j not in drop]
         aligned = "\n".join(kept[j].text for j in align_order(care_polys, rank, kept_polys))
         out["order_tau"] = order_tau(care_polys, rank, kept_polys)
     ref_text = reference_text(rec, ref_order)

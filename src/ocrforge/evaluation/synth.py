@@ -37,7 +37,7 @@ from ocrforge.evaluation.synth_corpus import CORPUS
 KINDS = ("document", "receipt", "table", "form", "screenshot")
 # drawn only when asked for by name: kind="all" keeps picking from KINDS, so sets generated
 # before these existed stay byte-identical
-EXTRA_KINDS = ("columns", "tables")
+EXTRA_KINDS = ("columns", "tables", "cells")
 LANGS = ("zh", "en", "mixed")
 FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts")
 # Debian font files worth using (others in those folders are symbol/math/condensed variants)
@@ -526,8 +526,10 @@ def _column_lines(c: Canvas, fi: FontInfo, size: int, width: float, count: int) 
 
 
 def _draw_table(c: Canvas, x: float, y: float, width: float, size: int, ruled: bool, lang: str,
-                max_h: float) -> float:
-    """A table at (x, y) across ``width``; returns its bottom (y when nothing fits)."""
+                max_h: float, tight: bool = False) -> float:
+    """A table at (x, y) across ``width``; returns its bottom (y when nothing fits).
+    ``tight``: cells padded by 0.2-0.9 em and no spare width spread between the columns (the
+    gaps a detector must not bridge)."""
     rng = c.rng
     ncol = int(rng.integers(3, 6))
     rh = size * (2.0 if ruled else 1.8)
@@ -549,14 +551,14 @@ def _draw_table(c: Canvas, x: float, y: float, width: float, size: int, ruled: b
     bold = c.pick_font("".join(heads), bold=True) or fi
     if fi is None:
         return y
-    pad = size * 0.6
-    if ruled:
+    pad = size * 0.6 if not tight else size * float(rng.uniform(0.2, 0.4) if ruled else rng.uniform(0.4, 0.9))
+    if ruled and not tight:
         cw = [width / ncol] * ncol
     else:  # columns as wide as their content, the spare width spread between them
         need = [max(c.measure(r[k], fi, size) for r in rows) + 2 * pad for k in range(ncol)]
         if sum(need) > width:
             return y
-        spare = (width - sum(need)) / ncol
+        spare = (width - sum(need)) / ncol if not tight else 0.0
         cw = [n + spare for n in need]
     xs = [x + sum(cw[:k]) for k in range(ncol + 1)]
     cells = []
@@ -708,10 +710,39 @@ def layout_tables(c: Canvas) -> None:
             y = (box[3] if box else y) + size * 1.6
 
 
+def layout_cells(c: Canvas) -> None:
+    """Tight tables (ruled: text 0.2-0.4 em from the rules; unruled: 0.8-1.8 em between
+    columns) and toolbars (items 1-2.5 em apart): every cell and item is its own line."""
+    rng = c.rng
+    m = int(rng.integers(30, 60))
+    lang = _lang_of(rng, c.lang)
+    size = c.size(12, 16)
+    y = float(m)
+    box = _put_fit(c, m, y, _text(rng, c.lang, "sentences").rstrip("。."), size + 6, c.w - 2 * m, bold=True)
+    y = (box[3] if box else y + size + 6) + size * 1.2
+    while y < c.h - m - size * 6:
+        if rng.random() < 0.65:
+            width = (c.w - 2 * m) * rng.uniform(0.5, 1.0)
+            bottom = _draw_table(c, m, y, width, size, rng.random() < 0.5, lang, c.h - m - y, tight=True)
+            if bottom == y:
+                break
+            y = bottom + size * 1.5
+            continue
+        x, gap = float(m), size * float(rng.uniform(1.0, 2.5))
+        for _ in range(12):
+            t = _text(rng, lang, "ui")
+            fi = c.pick_font(t)
+            if fi is None or x + c.measure(t, fi, size) > c.w - m:
+                break
+            c.put(x, y, t, fi, size)
+            x += c.measure(t, fi, size) + gap
+        y += size * 2.5
+
+
 LAYOUTS: dict[str, Callable[[Canvas], None]] = {
     "document": layout_document, "receipt": layout_receipt, "table": layout_table,
     "form": layout_form, "screenshot": layout_screenshot,
-    "columns": layout_columns, "tables": layout_tables,
+    "columns": layout_columns, "tables": layout_tables, "cells": layout_cells,
 }
 PAGE_SIZES = {  # (width range, height range)
     "document": ((700, 900), (900, 1200)),
@@ -721,6 +752,7 @@ PAGE_SIZES = {  # (width range, height range)
     "screenshot": ((960, 1280), (600, 800)),
     "columns": ((1000, 1300), (1300, 1700)),
     "tables": ((800, 1100), (700, 1000)),
+    "cells": ((800, 1200), (600, 900)),
 }
 
 

@@ -4,8 +4,9 @@ The per-box part of DBDecoder is Python (numpy, cv2, pyclipper calls per box) an
 GIL for most of its ~8 ms per document page (measured on the 2-core dev machine, 36 boxes),
 so threads alone cap a pipeline at roughly 1 / 8 ms per page. Worker processes scale it over
 the cores. Pages travel through a ring of shared-memory slots, not pipes: the probability map
-as uint8 (prob * 255, rounded: box scores move by at most 1/510) and the bitmap binarised on
-the GPU; only the boxes come back pickled.
+as uint8 (prob * 255, rounded: box scores move by at most 1/510), the bitmap binarised on
+the GPU and, when given, the grey page at detector size (``DetInput.gray``: where boxes are
+split at cell gaps); only the boxes come back pickled.
 """
 
 from __future__ import annotations
@@ -28,22 +29,23 @@ def _init(names: list[str], slot_bytes: int, params: tuple) -> None:
     _W["dec"] = DBDecoder(*params)
 
 
-def _work(slot: int, rh: int, rw: int, h: int, w: int) -> list[np.ndarray]:
+def _work(slot: int, rh: int, rw: int, h: int, w: int, has_gray: bool = False) -> list[np.ndarray]:
     from ocrforge.stages.detect import DetInput
 
     buf = _W["shm"][slot].buf
     n = rh * rw
     prob = np.frombuffer(buf, np.uint8, n, 0).reshape(rh, rw).astype(np.float32) * (1.0 / 255.0)
     bitmap = np.frombuffer(buf, np.uint8, n, n).reshape(rh, rw).copy()
-    d = DetInput(np.empty((1, 3, rh, rw), np.float32), rh / h, rw / w, h, w)
+    gray = np.frombuffer(buf, np.uint8, n, 2 * n).reshape(rh, rw).copy() if has_gray else None
+    d = DetInput(np.empty((1, 3, rh, rw), np.float32), rh / h, rw / w, h, w, gray)
     return _W["dec"](prob, d, bitmap)
 
 
 class ShmDBPool:
-    """``submit(prob_u8, bitmap, h, w) -> Future[list of quads]`` executed in processes."""
+    """``submit(prob_u8, bitmap, h, w, gray) -> Future[list of quads]`` executed in processes."""
 
     def __init__(self, processes: int, max_side: int, decoder_params: tuple, slots: int | None = None):
-        self.slot_bytes = 2 * max_side * max_side
+        self.slot_bytes = 3 * max_side * max_side
         n = slots or processes * 2
         self.shm = [shared_memory.SharedMemory(create=True, size=self.slot_bytes) for _ in range(n)]
         self.free = list(range(n))
@@ -54,9 +56,10 @@ class ShmDBPool:
                                         initargs=([s.name for s in self.shm], self.slot_bytes,
                                                   decoder_params))
 
-    def submit(self, prob_u8: np.ndarray, bitmap: np.ndarray, h: int, w: int) -> Future:
+    def submit(self, prob_u8: np.ndarray, bitmap: np.ndarray, h: int, w: int,
+               gray: np.ndarray | None = None) -> Future:
         rh, rw = prob_u8.shape
-        if 2 * rh * rw > self.slot_bytes:
+        if 3 * rh * rw > self.slot_bytes:
             raise ValueError(f"page map {rh}x{rw} larger than the shared-memory slots")
         with self.cv:
             while not self.free:
@@ -66,7 +69,9 @@ class ShmDBPool:
         n = rh * rw
         np.frombuffer(buf, np.uint8, n, 0).reshape(rh, rw)[:] = prob_u8
         np.frombuffer(buf, np.uint8, n, n).reshape(rh, rw)[:] = bitmap
-        fut = self.pool.submit(_work, slot, rh, rw, h, w)
+        if gray is not None:
+            np.frombuffer(buf, np.uint8, n, 2 * n).reshape(rh, rw)[:] = gray
+        fut = self.pool.submit(_work, slot, rh, rw, h, w, gray is not None)
 
         def release(_f: Future, slot: int = slot) -> None:
             with self.cv:

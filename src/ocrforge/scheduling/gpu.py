@@ -50,7 +50,7 @@ from ocrforge.runtimes.base import DeviceRuntime
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.scheduling.threads import Workers
-from ocrforge.stages.detect import DetInput
+from ocrforge.stages.detect import DetInput, gray_torch
 from ocrforge.stages.recognize import ctc_head_torch
 
 Decode = Callable[[Any], Iterable[PageImage]]
@@ -264,7 +264,8 @@ class GpuScheduler:
         for k, p in enumerate(pages):
             dp.prepare_torch(p.img, p.rh, p.rw, x[k])
         prob = self.det.forward(x)[: len(pages), 0]
-        bitmap = (prob > self.thresh).to(torch.uint8)
+        # plane 0: the bitmap; plane 1: DetInput.gray, where the decoder splits boxes at cell gaps
+        bitmap = torch.stack([(prob > self.thresh).to(torch.uint8), gray_torch(x[: len(pages)], dp)], 1)
         if self.post_processes:
             prob = (prob * 255.0).round_().to(torch.uint8)  # what the shared-memory slots carry
         return self.to_host(prob, bitmap)
@@ -317,15 +318,17 @@ class GpuScheduler:
         pn = prob.numpy()
         bn = bitmap.numpy()
         if self._dbpool is not None:
-            futs = [self._dbpool.submit(pn[k, : p.rh, : p.rw], bn[k, : p.rh, : p.rw], p.h, p.w)
+            futs = [self._dbpool.submit(pn[k, : p.rh, : p.rw], bn[k, 0, : p.rh, : p.rw], p.h, p.w,
+                                        bn[k, 1, : p.rh, : p.rw])
                     for k, p in enumerate(pages)]
             for p, f in zip(pages, futs, strict=True):
                 p.quads = f.result()
         else:
             dec = self.runner.det_decode
             for k, p in enumerate(pages):
-                d = DetInput(np.empty((1, 3, 1, 1), np.float32), p.rh / p.h, p.rw / p.w, p.h, p.w)
-                p.quads = dec(pn[k, : p.rh, : p.rw], d, bn[k, : p.rh, : p.rw])
+                d = DetInput(np.empty((1, 3, 1, 1), np.float32), p.rh / p.h, p.rw / p.w, p.h, p.w,
+                             bn[k, 1, : p.rh, : p.rw])
+                p.quads = dec(pn[k, : p.rh, : p.rw], d, bn[k, 0, : p.rh, : p.rw])
         self.stats.post_s += time.perf_counter() - t0
         return pages
 

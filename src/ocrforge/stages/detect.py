@@ -21,6 +21,9 @@ class DetInput:
     ratio_w: float
     orig_h: int
     orig_w: int
+    # the resized page in grey (uint8, the detector's H x W): where DBDecoder looks for the
+    # blank gaps and ruling lines between cells (None: no splitting)
+    gray: np.ndarray | None = None
 
 
 def resize_shape(h: int, w: int, limit: int, limit_type: str = "max", min_side: int = 0,
@@ -84,7 +87,20 @@ class DetPreprocessor:
         x *= self.scale
         x += self.offset
         tensor = np.ascontiguousarray(x.transpose(2, 0, 1))[None]
-        return DetInput(tensor, rh / h, rw / w, h, w)
+        gray = cv2.cvtColor(resized, cv2.COLOR_BGR2GRAY) if resized.ndim == 3 else resized
+        return DetInput(tensor, rh / h, rw / w, h, w, gray)
+
+
+def gray_torch(x: Any, prep: DetPreprocessor) -> Any:
+    """``DetInput.gray`` on the device: N x 3 x H x W detector inputs (normalised BGR, as
+    ``prepare_torch`` writes them) back to N x H x W uint8 grey (cv2's BGR weights)."""
+    import torch
+
+    sc = torch.as_tensor(prep.scale, device=x.device).view(1, 3, 1, 1)
+    of = torch.as_tensor(prep.offset, device=x.device).view(1, 3, 1, 1)
+    bgr = (x.float() - of) / sc
+    wts = torch.tensor([0.114, 0.587, 0.299], device=x.device).view(1, 3, 1, 1)
+    return (bgr * wts).sum(1).round_().clamp_(0, 255).to(torch.uint8)
 
 
 def stack_padded(inputs: list[DetInput]) -> np.ndarray:
@@ -100,15 +116,32 @@ def stack_padded(inputs: list[DetInput]) -> np.ndarray:
     return out
 
 
+# DBDecoder.split_gap of every engine (EngineConfig.det.split_gap); docs/ACCURACY.md, "Cells"
+SPLIT_GAP = 1.0
+SPLIT_THIN = 0.93
+SPLIT_WIDE = 2.0
+# boxes lower than this (detector pixels) are never split: strokes of text that small break
+# up under Otsu, and a blank run inside a word looks like a gap
+SPLIT_MIN_HEIGHT = 12
+
+
 class DBDecoder:
     """Probability map -> quadrilaterals in original image coordinates."""
 
     def __init__(self, thresh: float, box_thresh: float, unclip_ratio: float,
                  max_candidates: int = 1000, min_size: int = 3,
-                 order: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None):
+                 order: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
+                 split_gap: float = SPLIT_GAP, split_thin: float = SPLIT_THIN,
+                 split_wide: float = SPLIT_WIDE):
         # order: how the boxes come out (the runner passes layout.reading_order's top-to-bottom
         # rule; a stage does not know reading order); None: in contour order
         self.order = order
+        # split a box where the page (DetInput.gray) shows a blank run at least split_gap box
+        # heights wide over which the probability band thins to split_thin of its usual
+        # thickness (or twice as wide, however thick), or a ruling line (split_box); 0: never
+        self.split_gap = split_gap
+        self.split_thin = split_thin
+        self.split_wide = split_wide
         self.thresh = thresh
         self.box_thresh = box_thresh
         self.unclip_ratio = unclip_ratio
@@ -138,15 +171,27 @@ class DBDecoder:
             box, sside = _mini_box(expanded.reshape(-1, 1, 2))
             if sside < self.min_size + 2:
                 continue
-            box[:, 0] = np.clip(np.round(box[:, 0] * sx), 0, d.orig_w)
-            box[:, 1] = np.clip(np.round(box[:, 1] * sy), 0, d.orig_h)
-            box = _order_clockwise(box)
-            w = int(np.linalg.norm(box[0] - box[1]))
-            h = int(np.linalg.norm(box[0] - box[3]))
-            if w <= 3 or h <= 3:
-                continue
-            boxes.append(box.astype(np.float32))
+            pieces = ([box] if d.gray is None or self.split_gap <= 0
+                      else split_box(box, d.gray, prob, self.split_gap, self.split_thin,
+                                     self.split_wide))
+            for piece in pieces:
+                out = self._to_page(piece, sx, sy, d)
+                if out is not None:
+                    boxes.append(out)
         return self.order(boxes) if self.order is not None else boxes
+
+    @staticmethod
+    def _to_page(box: np.ndarray, sx: float, sy: float, d: DetInput) -> np.ndarray | None:
+        """A detector-pixel box in page pixels, clockwise from top-left; None when too small."""
+        box = box.copy()
+        box[:, 0] = np.clip(np.round(box[:, 0] * sx), 0, d.orig_w)
+        box[:, 1] = np.clip(np.round(box[:, 1] * sy), 0, d.orig_h)
+        box = _order_clockwise(box)
+        w = int(np.linalg.norm(box[0] - box[1]))
+        h = int(np.linalg.norm(box[0] - box[3]))
+        if w <= 3 or h <= 3:
+            return None
+        return box.astype(np.float32)
 
 
 def _mini_box(contour: np.ndarray) -> tuple[np.ndarray, float]:
@@ -200,3 +245,143 @@ def _order_clockwise(pts: np.ndarray) -> np.ndarray:
     d = np.diff(rest, axis=1).ravel()
     tr, bl = rest[np.argmin(d)], rest[np.argmax(d)]
     return np.array([tl, tr, br, bl], np.float32)
+
+
+# ------------------------------------------------------------------ splitting at cell gaps
+def split_box(box: np.ndarray, gray: np.ndarray, prob: np.ndarray, gap: float,
+              thin: float = SPLIT_THIN, wide: float = SPLIT_WIDE) -> list[np.ndarray]:
+    """``box`` (tl, tr, br, bl in detector pixels) cut where ``gray`` shows the text stop.
+
+    The DB network links the cells of a table row (and the buttons of a toolbar) into one
+    line across gaps of two text heights and more; the probability map stays high over
+    the gap, the page does not. The box is sampled upright from ``gray``, its ink found by
+    Otsu (minority class, so light text on dark fills too), and a blank run of columns ends
+    a piece when it is ``gap`` box heights wide and the probability band over it thins to
+    ``thin`` of its usual thickness, or twice that wide; so does a ruling line across the box.
+    Each piece keeps the box's height and its own ink plus the box's side margins.
+    """
+    tl, tr, bl = box[0], box[1], box[3]
+    w, h = float(np.linalg.norm(tr - tl)), float(np.linalg.norm(bl - tl))
+    if h < SPLIT_MIN_HEIGHT or w < 2 * h:
+        return [box]
+    iw, ih = int(round(w)), int(round(h))
+    ink = _box_ink(box, gray, iw, ih)
+    if ink is None:
+        return [box]
+    band = _upright(box, prob, iw, ih).sum(0)  # the probability band's thickness per column
+    spans = _ink_spans(ink, band, gap, thin, wide)
+    if len(spans) < 2:
+        return [box]
+    cols = np.flatnonzero(ink.any(0))
+    pad_l, pad_r = float(cols[0]), float(ink.shape[1] - 1 - cols[-1])
+    ux, uy = (tr - tl) / ink.shape[1], (bl - tl)
+    out = []
+    for k, (a, b) in enumerate(spans):
+        lo = spans[k - 1][1] + 1 if k else 0
+        hi = spans[k + 1][0] if k + 1 < len(spans) else ink.shape[1]
+        x0, x1 = max(lo, a - pad_l), min(hi, b + 1 + pad_r)
+        p0, p1 = tl + ux * x0, tl + ux * x1
+        out.append(np.array([p0, p1, p1 + uy, p0 + uy], np.float32))
+    return out
+
+
+def _box_ink(box: np.ndarray, gray: np.ndarray, w: int, h: int) -> np.ndarray | None:
+    """The box's pixels, upright (h x w), as a bool ink mask with horizontal rules removed; None
+    when the box has too little contrast to tell ink from background."""
+    strip = _upright(box, gray, w, h)
+    t, dark = cv2.threshold(strip, 0, 1, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
+    dark = dark.astype(bool)
+    lo, hi = strip[dark], strip[~dark]
+    if not len(lo) or not len(hi) or float(hi.mean()) - float(lo.mean()) < 30:
+        return None
+    # Otsu's cut misses thin anti-aliased strokes (a CJK "一" is one light line), which then
+    # read as a gap: ink is anything a quarter of the way from the background to the ink
+    if dark.mean() <= 0.5:
+        bg, fg = float(np.median(hi)), float(np.percentile(lo, 10))
+        ink = strip < bg - (bg - fg) / 4
+    else:
+        bg, fg = float(np.median(lo)), float(np.percentile(hi, 90))
+        ink = strip > bg + (fg - bg) / 4
+    # a row inked across most of the box is a rule above or below the text, not text: such
+    # rows are cut off (a vertical rule then still crosses all the rows left)
+    rows = np.flatnonzero(ink.mean(1) <= 0.8)
+    if len(rows) < 4:
+        return None
+    ink = ink[rows[0] : rows[-1] + 1]
+    ink[ink.mean(1) > 0.8] = False
+    # specks of noise or JPEG ringing are not ink (a hyphen or a dot, >= 4 px here, is), nor
+    # is a long thin horizontal piece (a rule of a skewed table, an underline)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(ink.astype(np.uint8), connectivity=8)
+    hh = ink.shape[0]
+    drop = (stats[:, cv2.CC_STAT_AREA] < 4) | ((stats[:, cv2.CC_STAT_HEIGHT] <= max(2, 0.15 * hh))
+                                               & (stats[:, cv2.CC_STAT_WIDTH] >= 1.5 * hh))
+    drop[0] = False  # the background
+    if drop.any():
+        ink &= ~drop[labels]
+    return ink
+
+
+def _upright(box: np.ndarray, img: np.ndarray, w: int, h: int) -> np.ndarray:
+    """The box's pixels of ``img`` sampled upright into h x w."""
+    dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+    m = cv2.getPerspectiveTransform(box.astype(np.float32), dst)
+    return cv2.warpPerspective(img, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
+def _ink_spans(ink: np.ndarray, band: np.ndarray, gap: float, thin: float,
+               wide: float) -> list[tuple[int, int]]:
+    """Column ranges [a, b] of ink between ruling lines and blank runs >= ``gap`` box heights
+    where ``band`` (the probability band's thickness) falls to ``thin`` of its median over
+    the ink, or >= 2 ``gap`` box heights. (Measured: the gaps of full-width punctuation in
+    running Chinese text reach 1.4 box heights with the band >= 0.95 as thick; cells the
+    network joins, 1.0-1.5 box heights, thin it to 0.5-0.93.)
+"""
+    h = ink.shape[0]
+    count = ink.sum(0)
+    full = count >= 0.85 * h
+    inked = (count >= 1) & ~full
+    rows = np.flatnonzero(ink[:, inked].sum(1) >= 1) if inked.any() else np.zeros(0, int)
+    if len(rows) == 0:
+        return []
+    text_h = float(rows[-1] - rows[0] + 1)
+    # a ruling line crosses the box's blank margins above and below the text; in a box as
+    # tight as its text a long stroke fills the height too, so there no column is a rule
+    rule = full if text_h <= 0.8 * h else np.zeros_like(full)
+    inked = (count >= 1) & ~rule
+    cols = np.flatnonzero(inked)
+    typical = float(np.median(band[cols])) or 1.0
+    spans: list[tuple[int, int]] = []
+    ruled: list[bool] = []  # whether the cut after spans[k] is a rule
+    start = prev = int(cols[0])
+    for c in cols[1:]:
+        c = int(c)
+        by_rule = bool(rule[prev + 1 : c].any())
+        blank = c - prev - 1
+        if by_rule or blank >= wide * h or (
+                blank >= gap * h and band[prev + 1 : c].min() <= thin * typical):
+            spans.append((start, prev))
+            ruled.append(by_rule)
+            start = c
+        prev = c
+    spans.append((start, prev))
+    return _drop_narrow_ends(spans, ruled, h)
+
+
+def _drop_narrow_ends(spans: list[tuple[int, int]], ruled: list[bool], h: int) -> list[tuple[int, int]]:
+    """Undo a cut that leaves a narrow first or last piece: past a rule it is the edge of the
+    next cell's text, which the box reached past the rule (that cell has a box of its own);
+    past a blank run it is a list number or a lone digit, which stays with its line (the dev
+    set's reference lists label "2  Author, Title" as one line)."""
+    while len(spans) > 1 and spans[-1][1] - spans[-1][0] + 1 < (0.5 if ruled[-1] else 1.0) * h:
+        if ruled[-1]:
+            spans.pop()
+        else:
+            spans[-2:] = [(spans[-2][0], spans[-1][1])]
+        ruled.pop()
+    while len(spans) > 1 and spans[0][1] - spans[0][0] + 1 < (0.5 if ruled[0] else 1.0) * h:
+        if ruled[0]:
+            spans.pop(0)
+        else:
+            spans[:2] = [(spans[0][0], spans[1][1])]
+        ruled.pop(0)
+    return spans
