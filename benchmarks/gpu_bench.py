@@ -19,6 +19,7 @@ Example (what docs/BENCHMARKS.md ran on the H200):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -487,7 +488,7 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
         torch.cuda.reset_peak_memory_stats()
     cpu0 = host_cpu_s()
     with GpuSampler() as smp, ThreadSampler(("ocrforge-gpu", "MainThread")) if profile else \
-            _Null() as ts:
+            contextlib.nullcontext() as ts:
         t1 = time.perf_counter()
         n = sum(1 for _ in gp.run(pages))
         el = time.perf_counter() - t1
@@ -502,14 +503,6 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
     if profile:
         row["profile"] = ts.summary()
     return row
-
-
-class _Null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 def fmt_profile(p: dict) -> str:

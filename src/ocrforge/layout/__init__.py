@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ocrforge.layout.blocks import headers_footers, paragraphs, typical_line_gap
+from ocrforge.layout.blocks import headers_footers, line_ems, paragraphs, typical_line_gap
 from ocrforge.layout.reading_order import reading_order as order_units
 from ocrforge.layout.rows import deskewed_boxes, median_height, page_skew, rotate_box_back
 from ocrforge.layout.tables import (
@@ -102,10 +102,11 @@ def analyze(page: Page, *, image: np.ndarray | None = None, steps: Sequence[Char
     blocks: list[tuple[str, list[int], Table | None]] = [("header", list(head), None)] if head else []
     line_gap = typical_line_gap(boxes, [body[u] for u in unit_order if u < len(body)], h)
     texts = [ln.text for ln in lines]
+    ems = line_ems(boxes, texts)
     run: list[int] = []
 
     def flush() -> None:
-        for kind, blk in paragraphs(boxes, run, texts, h, line_gap, body):
+        for kind, blk in paragraphs(boxes, run, texts, h, line_gap, body, ems):
             blocks.append((kind, blk, None))
         run.clear()
 

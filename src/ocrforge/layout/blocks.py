@@ -53,11 +53,13 @@ def typical_line_gap(boxes: np.ndarray, order: Sequence[int], h: float) -> float
 
 
 def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], body_height: float,
-               line_gap: float, text_lines: Sequence[int] | None = None) -> list[tuple[str, list[int]]]:
+               line_gap: float, text_lines: Sequence[int] | None = None,
+               ems: np.ndarray | None = None) -> list[tuple[str, list[int]]]:
     """Consecutive lines (in reading order) grouped into (kind, lines) blocks: a block ends at a
     wider gap, a change of column or of text size, or an indented first line. ``text_lines``: the
     page's running-text lines (not in tables, headers or footers); a title is large against
-    those of them outside its own block (else against ``body_height``)."""
+    those of them outside its own block (else against ``body_height``). ``ems``: line_ems of
+    the page's lines."""
     h = body_height
     out: list[list[int]] = []
     for i in order:
@@ -66,7 +68,8 @@ def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], bo
         else:
             out.append([i])
     heights = boxes[:, 3] - boxes[:, 1]
-    ems = line_ems(boxes, texts)
+    if ems is None:  # callers with several runs of lines on one page compute it once
+        ems = line_ems(boxes, texts)
     text = np.zeros(len(boxes), bool)
     text[list(text_lines if text_lines is not None else [])] = True
     em_all = float(np.median(ems[list(order)])) if len(order) else 0.0
