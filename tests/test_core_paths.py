@@ -227,3 +227,41 @@ def test_cuda_scheduler_never_waits_for_the_gpu_in_steady_state(generated, decod
     syncs = sorted({f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)})
     assert all(p.lines for p in pages)
     assert not syncs, syncs
+
+
+def test_gpu_scheduler_makes_no_tensor_from_host_data_per_page(ort_engine, generated, monkeypatch):
+    """A tensor built from host values on the device per page (torch.tensor / as_tensor with a
+    device) syncs the GPU driver thread with every queued kernel; on the H200 it cost 12 % of
+    the driver's time (the grey plane's weights). The CUDA test above catches it on a GPU; this
+    one catches it in CI: in a steady-state run on the CPU, the scheduler's and the stages' own
+    code builds no such tensor (cached constants come from stages/device_constants.py)."""
+    import inspect
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    import ocrforge
+
+    root = Path(ocrforge.__file__).parent
+    watched = (root / "scheduling", root / "stages")
+    made: list[str] = []
+
+    def spy(real):
+        def wrapper(*a, **k):
+            if "device" in k:
+                f = inspect.stack()[1]
+                p = Path(f.filename)
+                if any(w in p.parents for w in watched) and p.name != "device_constants.py":
+                    made.append(f"{p.name}:{f.lineno}")
+            return real(*a, **k)
+        return wrapper
+
+    imgs = [g[0] for g in generated[:3]]
+    eng = OCR(ort_engine.config.with_(runtime="torch", device="cpu", det_batch_size=2))
+    sched = eng.gpu_scheduler()
+    list(sched.run(imgs))  # the first run may build cached constants
+    monkeypatch.setattr(torch, "tensor", spy(torch.tensor))
+    monkeypatch.setattr(torch, "as_tensor", spy(torch.as_tensor))
+    pages = list(sched.run(imgs))
+    eng.close()
+    assert all(p.lines for p in pages)
+    assert not made, sorted(set(made))

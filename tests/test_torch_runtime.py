@@ -245,6 +245,45 @@ def test_gpu_cuda_graph_replay_matches_eager():
 
 @pytest.mark.gpu
 @cuda
+def test_gpu_graph_capture_survives_host_pinning_in_other_threads():
+    """The GPU scheduler's decoder threads pin host pages while its driver thread captures a
+    new shape; in CUDA's global capture mode that invalidated the capture (the benchmark's host
+    decode variant died with cuDNN EXECUTION_FAILED on the H200, 2026-12-02)."""
+    import threading
+
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    m = resolve_models("ppocrv6-small")
+    rt = TorchRuntime(build_native(m.model_set, "det", m.det),
+                      RuntimeConfig(backend="torch", device="cuda", torch_precision="fp16",
+                                    cuda_graphs=True))
+    rt.capture_mode = os.environ.get("OCRFORGE_TEST_CAPTURE_MODE", rt.capture_mode)
+    stop = threading.Event()
+
+    def pin() -> None:
+        alive: list = []
+        k = 0
+        while not stop.is_set():  # page-sized pinned buffers, as the decoder threads make
+            alive = [*alive[-7:], torch.empty((1 << 20) * (1 + k % 48), dtype=torch.uint8,
+                                              pin_memory=True)]
+            k += 1
+
+    t = threading.Thread(target=pin)
+    t.start()
+    try:
+        for hb in (320, 352, 384, 416):
+            rt.warmup([(1, 3, hb, 480)])
+    finally:
+        stop.set()
+        t.join()
+    assert rt.counts["captures"] == 4
+
+
+@pytest.mark.gpu
+@cuda
 def test_gpu_read_many_uses_gpu_scheduler(pages):
     eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True,
               det_limit_side=736)

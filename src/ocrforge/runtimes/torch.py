@@ -119,6 +119,7 @@ class TorchRuntime:
         # a shape is captured on its second use: the first runs eagerly (and warms cuDNN and
         # the allocator), so an engine serves its first pages without capturing anything
         self.capture_after = 1
+        self.capture_mode = "thread_local"  # see _capture
         self._seen: dict[tuple, int] = {}
         self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0}
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
@@ -166,7 +167,10 @@ class TorchRuntime:
                 self.fn(static_in)
         torch.cuda.current_stream(self.dev).wait_stream(s)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread_local: the scheduler's decoder threads pin host memory (cudaHostAlloc) while
+        # the driver thread captures; in the default global mode that invalidates the capture
+        # (cuDNN EXECUTION_FAILED, then cudaErrorStreamCaptureInvalidated, measured on the H200)
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode=self.capture_mode):
             static_out = self.fn(static_in)
         return graph, static_in, static_out
 

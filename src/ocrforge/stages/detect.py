@@ -96,11 +96,11 @@ def gray_torch(x: Any, prep: DetPreprocessor) -> Any:
     ``prepare_torch`` writes them) back to N x H x W uint8 grey (cv2's BGR weights)."""
     import torch
 
-    sc = torch.as_tensor(prep.scale, device=x.device).view(1, 3, 1, 1)
-    of = torch.as_tensor(prep.offset, device=x.device).view(1, 3, 1, 1)
-    bgr = (x.float() - of) / sc
-    wts = torch.tensor([0.114, 0.587, 0.299], device=x.device).view(1, 3, 1, 1)
-    return (bgr * wts).sum(1).round_().clamp_(0, 255).to(torch.uint8)
+    xf = x.float()
+    sc = constant(prep.scale, (1, 3, 1, 1), xf)
+    of = constant(prep.offset, (1, 3, 1, 1), xf)
+    wts = constant((0.114, 0.587, 0.299), (1, 3, 1, 1), xf)
+    return (((xf - of) / sc) * wts).sum(1).round_().clamp_(0, 255).to(torch.uint8)
 
 
 def stack_padded(inputs: list[DetInput]) -> np.ndarray:
