@@ -423,6 +423,7 @@ def sec_e2e(engine_kw: dict, synth_dir: Path, dev_dir: Path | None, configs, n_l
 DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e "def*", variants)
     "": {}, "-1280": {"det_limit_side": 1280}, "-16mp": {"gpu.det_batch_megapixels": 16.0},
     "-noori": {"page_orientation": False}, "-hostdec": {"gpu.decode": False},
+    "-decthr": {"gpu.decode_in_threads": True},
     "-nolayout": {"layout.enabled": False}, "-layout0": {"gpu.layout_processes": 0},
     "-sw1": {"_switch_ms": 1.0},  # the interpreter's GIL switch interval at 1 ms (default 5)
 }

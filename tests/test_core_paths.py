@@ -148,7 +148,8 @@ def test_results_in_input_order_each_page_its_own(ort_engine, generated, tmp_pat
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("decode", [True, False], ids=["nvjpeg", "host-decode"])
+@pytest.mark.parametrize("decode", [True, "threads", False],
+                         ids=["nvjpeg", "nvjpeg-in-threads", "host-decode"])
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_cuda_scheduler_matches_onnxruntime_many_pages_twice(ort_engine, generated, precision, decode):
     """On CUDA (CUDA graphs): the 20 pages read like ONNX Runtime FP32, twice through the same
@@ -166,9 +167,10 @@ def test_cuda_scheduler_matches_onnxruntime_many_pages_twice(ort_engine, generat
     ref_counts, ref_cer = _summary(ref, generated)
     eng = OCR(ort_engine.config.with_(runtime="torch", device="cuda", torch_precision=precision,
                                       cuda_graphs=True, det_batch_size=4,
-                                      **{"gpu.warmup": False, "gpu.decode": decode}))
+                                      **{"gpu.warmup": False, "gpu.decode": bool(decode),
+                                         "gpu.decode_in_threads": decode == "threads"}))
     sched = eng.gpu_scheduler()
-    assert sched.gpu_decode == (decode and importlib_has("torchvision"))
+    assert sched.gpu_decode == (bool(decode) and importlib_has("torchvision"))
     for run in range(2):
         got = list(sched.run(jpegs))
         counts, got_cer = _summary(got, generated)

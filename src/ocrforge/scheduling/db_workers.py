@@ -22,7 +22,13 @@ _W: dict = {}
 
 
 def _init(names: list[str], slot_bytes: int, params: tuple) -> None:
+    import cv2
+
     from ocrforge.stages.detect import DBDecoder
+
+    # one page per process at a time: cv2's own pool (a thread per core in each of up to 12
+    # processes) only oversubscribes the host
+    cv2.setNumThreads(1)
 
     _W["shm"] = [shared_memory.SharedMemory(name=n) for n in names]
     _W["slot_bytes"] = slot_bytes

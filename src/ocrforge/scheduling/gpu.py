@@ -76,6 +76,7 @@ class GpuPage:
     host: torch.Tensor | None = None  # H x W x 3 uint8 (pinned on CUDA), before upload
     jpeg: bytes | None = None  # plain JPEG for the device decoder
     img: torch.Tensor | None = None  # 3 x H x W uint8 on the device (BGR)
+    ready: Any = None  # CUDA event: img decoded on the decode stream (decoder threads)
     rh: int = 0
     rw: int = 0
     quads: list[np.ndarray] = field(default_factory=list)
@@ -137,6 +138,7 @@ class GpuScheduler:
         self.layout_processes = _post_processes(g.layout_processes, self.cuda, layout=True)
         self.layout_pool: Any = None
         self.gpu_decode = g.decode and self.cuda and _has_nvjpeg()
+        self.decode_in_threads = self.gpu_decode and g.decode_in_threads
         self.max_inflight = g.max_inflight
         self.orient_batch = g.orient_batch
         self.thresh = float(runner.det_decode.thresh)
@@ -236,6 +238,30 @@ class GpuScheduler:
                 p.img = t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
                 p.h, p.w = int(t.shape[1]), int(t.shape[2])
             p.jpeg = None
+
+    def _device_decode_here(self, p: GpuPage) -> None:
+        """Decoder thread: one JPEG by nvJPEG on the decode stream; the driver waits for
+        ``p.ready`` before using ``p.img`` (receive). A refused JPEG stays for the driver."""
+        import torchvision.io as tvio
+
+        with self.device_context(), torch.cuda.stream(self._decode_stream):
+            try:
+                t = tvio.decode_jpeg(torch.frombuffer(bytearray(p.jpeg or b""), dtype=torch.uint8),
+                                     mode=tvio.ImageReadMode.RGB, device=self.dev)
+            except Exception:
+                return
+            p.img = t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
+            p.ready = torch.cuda.Event()
+            p.ready.record(self._decode_stream)
+        p.h, p.w = int(t.shape[1]), int(t.shape[2])
+        p.jpeg = None
+
+    def receive(self, p: GpuPage) -> None:
+        """Driver thread: a page decoded in a decoder thread, ordered before what follows."""
+        main = torch.cuda.current_stream(self.dev)
+        main.wait_event(p.ready)
+        p.img.record_stream(main)
+        p.ready = None
 
     def _cpu_decode_into(self, p: GpuPage, data: bytes) -> None:
         try:
@@ -383,6 +409,8 @@ class GpuScheduler:
                 data = _plain_jpeg(item)
                 if data is not None:
                     p = GpuPage(0, src, 0, jpeg=data)
+                    if self.decode_in_threads:
+                        self._device_decode_here(p)
                     p.timings["decode"] = time.perf_counter() - t0
                     return [p]
             for pg in self.decode(item):

@@ -127,7 +127,9 @@ class DriverLoop:
         if jpegs:
             sch.decode_jpegs(jpegs)
         for p in batch:
-            if p.error is None:
+            if p.ready is not None:
+                sch.receive(p)
+            elif p.error is None:
                 sch.upload(p)
         self.stats.decode_s += time.perf_counter() - t0
         todo = []

@@ -19,7 +19,11 @@ _W: dict[str, Any] = {}
 
 
 def _init(options: dict[str, Any]) -> None:
+    import cv2
+
     import ocrforge.layout  # noqa: F401  (imported once per process, not per page)
+
+    cv2.setNumThreads(1)  # as in db_workers: one page at a time per process
 
     _W["options"] = options
 
