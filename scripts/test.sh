@@ -21,7 +21,7 @@ python -m pip install -q --upgrade pip
 # CPU build of PyTorch for the native-model parity tests (install it before the extras so
 # nothing pulls a CUDA build)
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[dev,quant,bench,serve,ocrmypdf,ray]'
+python -m pip install -q -e '.[dev,quant,bench,serve,ocrmypdf,ray,openvino]'
 # the layering contract (docs/ARCHITECTURE.md) and lint, then the tests
 lint-imports
 ruff check src tests benchmarks

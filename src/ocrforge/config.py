@@ -93,13 +93,15 @@ class RecConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    backend: Literal["onnxruntime", "torch"] = "onnxruntime"
+    backend: Literal["onnxruntime", "openvino", "torch"] = "onnxruntime"
     device: str = "cpu"  # cpu | cuda | cuda:N
     torch_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     compile: bool = False  # torch.compile (inductor, static shapes)
     cuda_graphs: bool = False
     # ONNX Runtime execution providers by short or full name, e.g. ["tensorrt", "cuda", "cpu"]
     providers: list[str] = Field(default_factory=lambda: ["cpu"])
+    # backend openvino: "auto" = OpenVINO's choice for this CPU (BF16 where the CPU has it)
+    openvino_precision: Literal["auto", "f32", "bf16"] = "auto"
     intra_op_threads: int = Field(0, ge=0)  # 0 = ONNX Runtime default (physical cores)
     inter_op_threads: int = Field(0, ge=0)
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
@@ -224,7 +226,11 @@ class EngineConfig(_Section):
     def _consistent(self) -> EngineConfig:
         """Knobs that cannot apply to the chosen runtime are errors, not silently ignored."""
         rt = self.runtime
-        if rt.backend == "onnxruntime":
+        if rt.backend != "openvino" and rt.openvino_precision != "auto":
+            raise ValueError("runtime.openvino_precision applies to runtime.backend openvino only")
+        if rt.backend in ("onnxruntime", "openvino"):
+            if rt.backend == "openvino" and rt.providers != ["cpu"]:
+                raise ValueError("runtime.providers applies to runtime.backend onnxruntime only")
             if rt.on_gpu:
                 raise ValueError("runtime.device cuda needs runtime.backend torch; ONNX Runtime "
                                  "picks its device from runtime.providers (e.g. cuda,cpu)")

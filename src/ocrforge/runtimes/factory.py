@@ -15,10 +15,14 @@ from ocrforge.runtimes.base import Runtime
 
 def open_onnx(path: Path, settings: RuntimeConfig, *, precision: str = "fp32",
               threads: int | None = None) -> Runtime:
-    from ocrforge.runtimes.onnxruntime import OrtRuntime
-
     if threads is not None:
         settings = settings.model_copy(update={"intra_op_threads": threads})
+    if settings.backend == "openvino":
+        from ocrforge.runtimes.openvino import OpenVinoRuntime
+
+        return OpenVinoRuntime(path, settings, precision)
+    from ocrforge.runtimes.onnxruntime import OrtRuntime
+
     return OrtRuntime(path, settings, precision)
 
 

@@ -1,0 +1,53 @@
+"""OpenVINO execution of the same ONNX files (CPU), behind the Runtime protocol.
+
+On CPUs with native BF16 (AVX512_BF16, AMX) OpenVINO computes in BF16 unless told otherwise;
+``runtime.openvino_precision`` picks: "auto" (OpenVINO's choice for this CPU), "f32" or "bf16".
+Its accuracy against the FP32 reference is measured in docs/BENCHMARKS.md ("OpenVINO").
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ocrforge.config import RuntimeConfig
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
+class OpenVinoRuntime:
+    """One ONNX model compiled by OpenVINO for the CPU; one infer request per calling thread."""
+
+    def __init__(self, model_path: str | Path, cfg: RuntimeConfig, precision: str = "fp32"):
+        try:
+            import openvino as ov
+        except ModuleNotFoundError:
+            raise RuntimeError("runtime 'openvino' needs OpenVINO: pip install 'ocrforge[openvino]'") from None
+        self.path = Path(model_path)
+        props: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+        if cfg.intra_op_threads:
+            props["INFERENCE_NUM_THREADS"] = cfg.intra_op_threads
+        if cfg.openvino_precision != "auto":
+            props["INFERENCE_PRECISION_HINT"] = cfg.openvino_precision
+        core = ov.Core()
+        self.compiled = core.compile_model(core.read_model(str(self.path)), "CPU", props)
+        hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")
+        computed = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)  # f32, bf16
+        self.precision = precision if precision != "fp32" else {"f32": "fp32"}.get(computed, computed)
+        self.device = "cpu"
+        self.name = f"openvino[CPU,{computed}]"
+        self._local = threading.local()
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        req = getattr(self._local, "req", None)
+        if req is None:
+            req = self._local.req = self.compiled.create_infer_request()
+        req.infer({0: np.ascontiguousarray(batch, dtype=np.float32)})
+        # the request's output buffer is reused by its next call: copy it out
+        return np.array(req.get_output_tensor(0).data, dtype=np.float32, copy=True)

@@ -1,0 +1,64 @@
+"""Runtime "openvino": the same ONNX files through OpenVINO on the CPU read like ONNX Runtime.
+
+FP32 (``runtime.openvino_precision=f32``) must give ONNX Runtime's lines; "auto" computes in
+BF16 on CPUs that have it, so there the check is CER within a point on clean pages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'ocrforge[openvino]')")
+
+from test_core_paths import _summary, make_page  # noqa: E402
+
+from ocrforge import OCR  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pages() -> list[tuple[np.ndarray, list[str]]]:
+    return [make_page(i) for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def ort_pages(pages):
+    return list(OCR(det_limit_side=1280).read_many([p[0] for p in pages]))
+
+
+def test_openvino_runtime_matches_onnxruntime_outputs():
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.factory import open_onnx
+
+    m = resolve_models("ppocrv6-small")
+    x = np.random.default_rng(0).random((2, 3, 48, 320), np.float32)
+    ort_out = open_onnx(m.rec, RuntimeConfig()).run(x)
+    ov = open_onnx(m.rec, RuntimeConfig(backend="openvino", openvino_precision="f32"))
+    assert ov.name == "openvino[CPU,f32]", ov.name
+    np.testing.assert_allclose(ov.run(x), ort_out, atol=1e-3)
+    y = np.random.default_rng(1).random((1, 3, 48, 640), np.float32)  # another shape, same request
+    assert ov.run(y).shape == open_onnx(m.rec, RuntimeConfig()).run(y).shape
+
+
+def test_openvino_fp32_engine_reads_like_onnxruntime_twice(pages, ort_pages):
+    eng = OCR(runtime="openvino", det_limit_side=1280, **{"runtime.openvino_precision": "f32"})
+    imgs = [p[0] for p in pages]
+    for run in range(2):
+        got = list(eng.read_many(imgs))
+        assert [[ln.text for ln in g.lines] for g in got] == \
+            [[ln.text for ln in r.lines] for r in ort_pages], f"run {run}"
+    assert [ln.text for ln in eng.read(imgs[0]).lines] == [ln.text for ln in ort_pages[0].lines]
+
+
+def test_openvino_auto_precision_reads_within_a_point(pages, ort_pages):
+    eng = OCR(runtime="openvino", det_limit_side=1280)
+    got = list(eng.read_many([p[0] for p in pages]))
+    _, ref_cer = _summary(ort_pages, pages)
+    counts, got_cer = _summary(got, pages)
+    assert abs(got_cer - ref_cer) <= 0.01, (eng.det_rt.name, got_cer, ref_cer)
+    assert abs(sum(counts) - sum(len(p.lines) for p in ort_pages)) <= 2
+
+
+def test_openvino_precision_needs_the_openvino_runtime():
+    with pytest.raises(ValueError, match="openvino_precision"):
+        OCR(**{"runtime.openvino_precision": "bf16"})
