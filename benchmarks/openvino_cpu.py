@@ -20,7 +20,10 @@ from pathlib import Path
 
 ENGINES = {"ort": {}, "ov-auto": {"runtime": "openvino"},
            "ov-f32": {"runtime": "openvino", "runtime.openvino_precision": "f32"},
-           "ov-bf16": {"runtime": "openvino", "runtime.openvino_precision": "bf16"}}
+           "ov-bf16": {"runtime": "openvino", "runtime.openvino_precision": "bf16"},
+           # detection resolution (issue 22): no enlarging of small pages; a lower cap
+           "ort-up1": {"det.max_upscale": 1.0}, "ort-1280": {"det_limit_side": 1280},
+           "ov-up1": {"runtime": "openvino", "det.max_upscale": 1.0}}
 
 
 def main() -> None:
