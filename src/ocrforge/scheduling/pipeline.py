@@ -46,12 +46,21 @@ def decoded(engine: OCR, item: Any) -> Iterator[tuple[Any, float]]:
         yield InputError(describe(item), f"cannot read ({type(e).__name__}: {e})"), 0.0
 
 
+def pipelined(enabled: bool | None) -> bool:
+    """pipeline.enabled, with None resolved from the CPUs this process may use."""
+    if enabled is not None:
+        return enabled
+    from ocrforge.scheduling.processes import usable_cpus
+
+    return usable_cpus() > 2
+
+
 def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | None = None,
                  batch_pages: int = 4) -> Iterator[Page]:
     runner = engine.runner
     s = runner.settings(options)
     cfg = engine.config
-    if not cfg.pipeline.enabled:
+    if not pipelined(cfg.pipeline.enabled):
         yield from _run_serial(engine, items, s, batch_pages)
         return
     depth = max(2, cfg.pipeline.queue_size)
