@@ -16,12 +16,6 @@ import numpy as np
 from ocrforge.config import RuntimeConfig
 
 
-def available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("openvino") is not None
-
-
 class OpenVinoRuntime:
     """One ONNX model compiled by OpenVINO for the CPU; one infer request per calling thread."""
 
