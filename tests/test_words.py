@@ -87,6 +87,32 @@ def test_decode_steps_content_and_gap_space():
     assert st.gap_space[0] == pytest.approx(0.38)
 
 
+def test_batched_steps_equal_each_line_decoded_alone():
+    # the whole batch is decoded at once (one pass over every kept character); a gap must never
+    # reach into the neighbouring line, whatever the other lines hold
+    chars = ["<blank>", *"abc中文 "]
+    dec = CTCDecoder(chars)
+    rng = np.random.default_rng(1)
+    idx = rng.integers(0, len(chars), (9, 30))
+    idx[:, ::2] = 0
+    idx[3] = 0  # an empty line
+    idx[5, :] = 0
+    idx[5, 7] = 2  # a single character
+    space = rng.uniform(0, 1, idx.shape).astype(np.float32)
+    space[:, 0] = space[:, -1] = 0.99  # the line ends: a leak across lines would pick these
+    conf = rng.uniform(0.5, 1.0, idx.shape).astype(np.float32)
+    content = rng.uniform(5, 30, len(idx))
+    batch = dec.collapse_steps(idx.copy(), conf, space, content)
+    for b, st in enumerate(batch):
+        (alone,) = dec.collapse_steps(idx[b : b + 1].copy(), conf[b : b + 1], space[b : b + 1],
+                                      content[b : b + 1])
+        assert (st.text, st.score, st.steps, st.content_steps) == \
+            (alone.text, alone.score, alone.steps, alone.content_steps)
+        for name in ("start", "end", "conf", "gap_space"):
+            assert np.array_equal(getattr(st, name), getattr(alone, name)), (b, name)
+        assert len(st.gap_space) == max(len(st.text) - 1, 0)
+
+
 # ------------------------------------------------------------------------------- spaces rule
 def _steps(text: str, centers: list[float], gap_space: list[float]) -> CharSteps:
     c = np.array(centers)
