@@ -26,3 +26,40 @@ def test_one_a4_page_peaks_under_1_gib(tmp_path):
 
     peak = json.loads(r.stdout.strip().splitlines()[-1])["peak_one_page_mib"]
     assert peak <= 1024, f"one A4 page peaked at {peak:.0f} MiB"
+
+
+class _ShapeSpy:
+    """Runtime wrapper that records every input shape (the real runtime computes)."""
+
+    def __init__(self, rt):
+        self.rt, self.shapes = rt, []
+
+    def run(self, x):
+        self.shapes.append(x.shape)
+        return self.rt.run(x)
+
+
+def test_wide_lines_run_in_smaller_batches_and_read_the_same(engine):
+    """A page of many very wide lines (16 x 3200 px in one call peaked at 1.7 GB on the CPU)
+    is split by the line-pixel budget; each line reads exactly as in one unbudgeted batch."""
+    from conftest import render_lines, to_bgr
+
+    from ocrforge.core import PageRunner
+
+    text = "Invoice 2024-0117 total amount due 1,234.56 EUR paid in full on 14 May by transfer"
+    crops = []
+    for k in range(12):
+        img = render_lines([f"{k} {text}"], size=28, margin=6).image
+        crops.append(to_bgr(img))
+    results = {}
+    for name, budget in (("budget", None), ("one_batch", 10**9)):
+        cfg = engine.config.with_(**{"rec.batch_pixels": budget})
+        spy = _ShapeSpy(engine.runner.rec_rt)
+        runner = PageRunner(cfg, engine.models, engine.runner.det_rt, spy, engine.runner._cls_factory)
+        results[name] = ([t for t, _ in runner.recognize_crops(list(crops))[0]], spy.shapes)
+    budget = engine.config.rec_batch_pixels()
+    assert budget is not None and budget < 16 * 3200
+    assert all(n * w <= max(budget, w) for n, _, _, w in results["budget"][1]), results["budget"][1]
+    assert len(results["budget"][1]) > len(results["one_batch"][1])
+    assert results["budget"][0] == results["one_batch"][0]
+    assert sum(ch in results["budget"][0][3] for ch in "Invoice total") >= 10

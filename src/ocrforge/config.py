@@ -84,6 +84,9 @@ class ClsConfig(_Section):
 class RecConfig(_Section):
     precision: Precision = "fp32"
     batch_size: int | None = Field(None, ge=1)  # lines per call; None: 16 on CPU, 128 on GPU
+    # CPU: at most this many line pixels (lines x bucket width) per call, so a page of very
+    # wide lines does not run 16 x 3200 at once (1.7 GB of activations); None: 16 x 640
+    batch_pixels: int | None = Field(None, ge=32)
     max_width: int = Field(3200, ge=32)  # lines wider than this (at height 48) are squeezed
     width_step: int = Field(32, ge=1)  # each line is padded to a multiple of this width ...
     min_width: int | None = Field(None, ge=8)  # ... and to at least this (None: model's 320)
@@ -271,6 +274,12 @@ class EngineConfig(_Section):
 
     def rec_batch(self) -> int:
         return self.rec.batch_size or (128 if self.runtime.on_gpu else 16)
+
+    def rec_batch_pixels(self) -> int | None:
+        """Line pixels per CPU recognition call (None on the GPU, whose scheduler sizes its own)."""
+        if self.runtime.on_gpu:
+            return self.rec.batch_pixels
+        return self.rec.batch_pixels or 16 * 640
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:

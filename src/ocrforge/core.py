@@ -190,7 +190,8 @@ class PageRunner:
         batched together."""
         results: list[Any] = [("", 0.0)] * len(crops)
         tm = {"rec_prep": 0.0, "rec_infer": 0.0, "rec_post": 0.0}
-        for width, group in self.rec_prep.groups(crops, self.config.rec_batch()):
+        for width, group in self.rec_prep.groups(crops, self.config.rec_batch(),
+                                                      self.config.rec_batch_pixels()):
             t0 = time.perf_counter()
             batch = self.rec_prep([crops[i] for i in group], width)
             t1 = time.perf_counter()

@@ -63,7 +63,8 @@ def rec_error(engine: OCR, rt: Any, ls: LabeledSet) -> float:
     from ocrforge.evaluation.metrics import char_errors
 
     edits = total = 0
-    for w, g in engine.rec_prep.groups(ls.crops, engine.config.rec_batch()):
+    for w, g in engine.rec_prep.groups(ls.crops, engine.config.rec_batch(),
+                                          engine.config.rec_batch_pixels()):
         out = engine.ctc(rt.run(engine.rec_prep([ls.crops[i] for i in g], w)))
         for i, (text, _) in zip(g, out, strict=True):
             e, n = char_errors(ls.texts[i], text, True)

@@ -52,13 +52,18 @@ class RecPreprocessor:
     def batch_width(self, widths: list[int]) -> int:
         return max(self.bucket(w) for w in widths)
 
-    def groups(self, crops: list[np.ndarray], batch_size: int) -> list[tuple[int, list[int]]]:
-        """(bucket width, crop indices) batches: lines of one bucket, at most batch_size each."""
+    def groups(self, crops: list[np.ndarray], batch_size: int, max_pixels: int | None = None
+               ) -> list[tuple[int, list[int]]]:
+        """(bucket width, crop indices) batches: lines of one bucket, at most batch_size each
+        and at most ``max_pixels`` line pixels (lines x bucket width; at least one line)."""
         by: dict[int, list[int]] = {}
         for i, c in enumerate(crops):
             by.setdefault(self.bucket(self.target_width(c)), []).append(i)
-        return [(w, idx[k : k + batch_size]) for w, idx in sorted(by.items())
-                for k in range(0, len(idx), batch_size)]
+        out = []
+        for w, idx in sorted(by.items()):
+            n = batch_size if max_pixels is None else max(1, min(batch_size, max_pixels // w))
+            out += [(w, idx[k : k + n]) for k in range(0, len(idx), n)]
+        return out
 
     def __call__(self, crops: list[np.ndarray], width: int | None = None) -> np.ndarray:
         """Resize every crop to height 48 (aspect kept), pad right with zeros to ``width``
