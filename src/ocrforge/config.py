@@ -136,6 +136,9 @@ class PipelineConfig(_Section):
     workers: int = Field(2, ge=1)  # CPU threads for decode and post-processing
     queue_size: int = Field(8, ge=2)  # pages in flight between stages (bounds memory)
     batch_pages: int = Field(4, ge=1)  # pages whose lines are recognised together
+    # return freed heap to the system after each page group (glibc malloc_trim): without it a
+    # long A4 PDF grew ~3 MB a page (scheduling/heap.py, docs/BENCHMARKS.md "Memory")
+    trim_heap: bool = True
     # read_many on many CPUs: engine processes reading whole inputs (None: from the CPU count,
     # 1 below 4 CPUs; see scheduling/processes.py), each with process_threads ORT threads
     processes: int | None = Field(None, ge=1)

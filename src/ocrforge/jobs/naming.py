@@ -22,7 +22,7 @@ from typing import Any
 EXECUTION_KEYS = frozenset({
     "intra_op_threads", "inter_op_threads", "det_threads", "rec_threads", "allow_spinning",
     "execution_mode", "enable_mem_pattern", "enable_cpu_mem_arena", "shrink_arena", "workers",
-    "queue_size",
+    "queue_size", "trim_heap",
     "pipeline",
 })
 

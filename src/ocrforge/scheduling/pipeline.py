@@ -21,6 +21,7 @@ from ocrforge.config import ReadOptions
 from ocrforge.core import Detected
 from ocrforge.io.inputs import InputError, describe
 from ocrforge.result import Page
+from ocrforge.scheduling.heap import release_free_heap
 from ocrforge.scheduling.threads import Stopped, Workers
 
 if TYPE_CHECKING:
@@ -61,8 +62,9 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
     s = runner.settings(options)
     cfg = engine.config
     if not pipelined(cfg.pipeline.enabled):
-        yield from _run_serial(engine, items, s, batch_pages)
+        yield from _run_serial(engine, items, s, batch_pages, cfg.pipeline.trim_heap)
         return
+    trim = cfg.pipeline.trim_heap
     depth = max(2, cfg.pipeline.queue_size)
     w = Workers("ocrforge")
     det_q = w.queue(depth)
@@ -106,7 +108,7 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
                 if isinstance(got, BaseException):
                     w.put(out_q, got)
                     return
-                w.put(out_q, _recognise_group(runner, got, s))
+                w.put(out_q, _recognise_group(runner, got, s, trim))
         except Stopped:
             return
         except BaseException as e:
@@ -138,19 +140,24 @@ def _add(runner: Any, group: list, page: Any, decode_s: float, s: Any) -> int:
     return sum(isinstance(g, Detected) for g in group)
 
 
-def _recognise_group(runner: Any, group: list, s: Any) -> list[Page]:
+def _recognise_group(runner: Any, group: list, s: Any, trim: bool) -> list[Page]:
     """Recognise the detected pages of a group together; error pages keep their place."""
     pages = iter(runner.recognize([g for g in group if isinstance(g, Detected)], s))
-    return [error_page(g) if isinstance(g, InputError) else next(pages) for g in group]
+    out = [error_page(g) if isinstance(g, InputError) else next(pages) for g in group]
+    if trim:
+        group.clear()  # the group's images and crops are garbage now: let their pages go too
+        release_free_heap()
+    return out
 
 
-def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int) -> Iterator[Page]:
+def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int,
+                trim: bool) -> Iterator[Page]:
     runner = engine.runner
     group: list = []
     for item in items:
         for page, decode_s in decoded(engine, item):
             if _add(runner, group, page, decode_s, s) >= batch_pages:
-                yield from _recognise_group(runner, group, s)
+                yield from _recognise_group(runner, group, s, trim)
                 group = []
     if group:
-        yield from _recognise_group(runner, group, s)
+        yield from _recognise_group(runner, group, s, trim)
