@@ -119,3 +119,24 @@ def test_default_engine_reads_clean_pages(tmp_path, engine):
     assert o["cer"] < 0.05, o
     assert o["cer_nospace"] < 0.02, o  # spaces next to Chinese are the only ambiguous characters
     assert o["det_f1"] > 0.9, o
+
+
+def test_every_kind_is_labeled_in_reading_order_and_scored_so(tmp_path):
+    """Synthetic pages are drawn in reading order: on flat pages the labels' order is the
+    top-to-bottom rule for documents, receipts, forms and tables (row by row), and a screenshot
+    reads its sidebar before the content. On a skewed page the rule scrambles rows (a 2.7 degree
+    table of seed 5150 read row by row scored 48 % CER against it, 0 % against its labels), so
+    ``--ref-order auto`` must follow the labels of every synthetic record."""
+    from ocrforge.evaluation.eval import labels_in_order, reading_order
+
+    out = generate(tmp_path / "s", 40, seed=777, min_lines=3)
+    flat_same = {}
+    for raw, rec in zip(_labels(out), load_dataset(out), strict=True):
+        assert raw["reading_order"] is True, raw["kind"]
+        assert labels_in_order(rec, "auto"), raw["kind"]
+        t = raw["transforms"]
+        if t["skew_deg"] == 0 and t["rotate_cw"] == 0 and raw["kind"] != "screenshot":
+            order = reading_order([ln["poly"] for ln in raw["lines"]])
+            flat_same.setdefault(raw["kind"], []).append(order == list(range(len(order))))
+    assert set(flat_same) == set(KINDS) - {"screenshot"}
+    assert all(all(v) for v in flat_same.values()), flat_same

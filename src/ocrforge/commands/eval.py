@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ref-order", choices=["auto", "rule", "labels"], default="auto",
                    help="reading order of the reference page text: the labels' line order, the "
                         "top-to-bottom rule, or auto (labels for documents and where a record says "
-                        "they are in reading order, e.g. synth --kind columns; the rule otherwise)")
+                        "they are in reading order, e.g. ocrforge synth pages; the rule otherwise)")
     add_engine_options(p)
     p.set_defaults(func=run)
 

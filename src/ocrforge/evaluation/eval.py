@@ -16,8 +16,8 @@ Hypothesis lines inside don't-care regions are left out of the page text. ``cer_
 
 ``ref_order`` chooses the reference's reading order: "rule" (the rule above), "labels" (the
 order of the lines in the labels, for data sets whose labels list lines in reading order) or
-"auto" (labels for records marked ``reading_order: true``, such as ``ocrforge synth --kind
-columns``, and for records of kind "document"; the rule otherwise). ``word_acc`` (words, spaces counted) is scored on the same
+"auto" (labels for records marked ``reading_order: true``, such as every ``ocrforge synth``
+page since 2026-12-03, and for records of kind "document"; the rule otherwise). ``word_acc`` (words, spaces counted) is scored on the same
 order-free texts as ``cer_aligned``; ``order_tau`` (Kendall's tau of the hypothesis line order
 against the reference order) is averaged over the pages that have one.
 """

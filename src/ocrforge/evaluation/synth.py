@@ -855,9 +855,11 @@ def render_page(seed: int, index: int, *, lang: str = "all", kind: str = "all", 
              for ln, p in zip(canvas.lines, polys[:n_lines], strict=True)]
     record = {"lang": _content_lang(ln["text"] for ln in lines) or lg, "kind": k, "source": "ocrforge-synth", "seed": seed, "index": index,
               "width": ww, "height": hh, "fonts": sorted({ln["font"] for ln in lines}),
-              "transforms": tf, "lines": lines}
+              "transforms": tf, "lines": lines,
+              # every kind is drawn in reading order (rows top to bottom, a sidebar before the
+              # content): on skewed pages the top-to-bottom rule would scramble the rows
+              "reading_order": True}
     if k in EXTRA_KINDS:
-        record["reading_order"] = True
         record["tables"] = [{"poly": rounded(p), "rows": t["rows"], "cols": t["cols"], "ruled": t["ruled"],
                              "cells": t["cells"]} for t, p in zip(canvas.tables, polys[n_lines:], strict=True)]
     return buf.getvalue(), ext, record
@@ -873,8 +875,8 @@ def generate(out_dir: str | Path, pages: int, seed: int = 0, *, lang: str = "all
     ``min_lines``: a page with fewer lines is re-drawn (deterministically) up to 20 times.
     Kinds in EXTRA_KINDS ("columns": 2-3 column documents with spanning titles, figures and
     tables, headers and footers; "tables": ruled and unruled tables) are only drawn when asked
-    for; their records carry ``reading_order: true`` (lines listed in reading order) and
-    ``tables`` (grid size and cell texts).
+    for; their records carry ``tables`` (grid size and cell texts). Every record carries
+    ``reading_order: true``: its lines are listed in reading order.
     """
     from ocrforge.config import atomic_write_text
 
