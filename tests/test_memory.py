@@ -63,3 +63,35 @@ def test_wide_lines_run_in_smaller_batches_and_read_the_same(engine):
     assert len(results["budget"][1]) > len(results["one_batch"][1])
     assert results["budget"][0] == results["one_batch"][0]
     assert sum(ch in results["budget"][0][3] for ch in "Invoice total") >= 10
+
+
+def test_detection_keeps_its_arena_between_pages_and_recognition_gives_it_back(engine):
+    """With the arena given back after every run, each detection call faulted its activations
+    in again (a 768x1312 page: 39k page faults, +26 % CPU per call, 2-core VM; docs/BENCHMARKS.md
+    "Detection arena"). Detection shapes repeat page after page, so its arena is kept;
+    recognition shapes vary line by line, so its arena is still returned."""
+    import resource
+
+    import numpy as np
+
+    from ocrforge import OCR
+
+    assert engine.config.runtime.shrink_arena is None  # auto: per network
+    assert engine.runner.det_rt.run_options is None
+    assert engine.runner.rec_rt.run_options is not None
+    x = np.random.default_rng(0).random((1, 3, 640, 960), dtype=np.float32)
+    engine.runner.det_rt.run(x)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(3):
+        engine.runner.det_rt.run(x)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 3000, f"{faults} page faults in 3 detection calls of one shape"
+    engine.runner.det_rt.release_memory()  # what recognition does first: the arena goes back
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    engine.runner.det_rt.run(x)
+    refaulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert refaulted > 5 * max(faults, 1000), (faults, refaulted)
+    every = OCR(**{"runtime.shrink_arena": True})
+    assert every.runner.det_rt.run_options is not None and every.runner.rec_rt.run_options is not None
+    none = OCR(**{"runtime.shrink_arena": False})
+    assert none.runner.det_rt.run_options is None and none.runner.rec_rt.run_options is None

@@ -89,7 +89,7 @@ class RecConfig(_Section):
     batch_pixels: int | None = Field(None, ge=32)
     max_width: int = Field(3200, ge=32)  # lines wider than this (at height 48) are squeezed
     width_step: int = Field(32, ge=1)  # each line is padded to a multiple of this width ...
-    min_width: int | None = Field(None, ge=8)  # ... and to at least this (None: model's 320)
+    min_width: int | None = Field(None, ge=8)  # ... and to at least this (None: 160 on the CPU, the model's 320 on the GPU)
     drop_score: float = Field(0.5, ge=0, le=1)  # drop lines with a lower mean char score
     threads: int | None = Field(None, ge=0)
     crop_fallback: bool = True  # small/crop-like inputs with no detection: recognise whole image
@@ -112,8 +112,11 @@ class RuntimeConfig(_Section):
     enable_mem_pattern: bool = False  # off: recognition shapes vary (docs/BENCHMARKS.md, memory)
     enable_cpu_mem_arena: bool = True
     # give the CPU arena's unused chunks back after every run (ORT run option
-    # memory.enable_memory_arena_shrinkage); see docs/BENCHMARKS.md "Memory on A4 pages"
-    shrink_arena: bool = True
+    # memory.enable_memory_arena_shrinkage); see docs/BENCHMARKS.md "Memory on A4 pages".
+    # None: recognition (and the line classifier) only; detection keeps its arena, since its
+    # shapes repeat page after page and faulting them in again cost +26 % CPU per call
+    # (docs/BENCHMARKS.md "Detection arena"); True / False: every session
+    shrink_arena: bool | None = None
     allow_spinning: bool = True  # ORT threads busy-wait between ops (fast alone, costly overlapped)
 
     @field_validator("device")
@@ -283,6 +286,14 @@ class EngineConfig(_Section):
         if self.runtime.on_gpu:
             return self.rec.batch_pixels
         return self.rec.batch_pixels or 16 * 640
+
+    def rec_min_width(self) -> int | None:
+        """Narrowest recognition input: rec.min_width, else 160 on the CPU (lines shorter than
+        the model's 320 are padded less: +7-10 % pages/s at +0.02-0.05 CER points, measured in
+        docs/BENCHMARKS.md) and the model's width (None) on the GPU."""
+        if self.rec.min_width is not None or self.runtime.on_gpu:
+            return self.rec.min_width
+        return 160
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:

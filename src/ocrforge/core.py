@@ -72,7 +72,7 @@ class PageRunner:
                                     cfg.det.min_size, sort_reading_order)
         gpu_widths = cfg.gpu.rec_widths if cfg.runtime.on_gpu else None
         self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec.max_width, cfg.rec.width_step,
-                                        cfg.rec.min_width, gpu_widths)
+                                        cfg.rec_min_width(), gpu_widths)
         self.ctc = CTCDecoder(models.characters())
         self.det_rt = det_rt
         self.rec_rt = rec_rt
@@ -211,6 +211,9 @@ class PageRunner:
         """Orient + recognise the lines of all given pages together, then assemble each page."""
         crops = [c for d in detected for c in d.crops]
         t0 = time.perf_counter()
+        release = getattr(self.det_rt, "release_memory", None)
+        if release is not None:  # detection kept its arena over the group's pages: not now
+            release()
         angles = self.orient(crops, s)
         cls_s = time.perf_counter() - t0
         texts, rec_tm = self.recognize_crops(crops, steps=s.layout and self.config.layout.words)

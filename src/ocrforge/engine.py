@@ -64,7 +64,10 @@ class OCR:
                               name=role)
         if precision != "fp32":
             path = artifact_path(role, path, precision, cfg.models.name)
-        return open_onnx(path, cfg.runtime, precision=precision, threads=threads)
+        rc = cfg.runtime
+        if rc.shrink_arena is None:
+            rc = rc.model_copy(update={"shrink_arena": role != "det"})
+        return open_onnx(path, rc, precision=precision, threads=threads)
 
     # ------------------------------------------------------------------ layout switch
     @property

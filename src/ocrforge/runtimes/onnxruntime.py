@@ -84,10 +84,25 @@ class OrtRuntime:
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
         self.run_options = None
+        self._channels: int | None = None
+        self.session_options = self.session.get_session_options()
         if cfg.shrink_arena and cfg.enable_cpu_mem_arena:
             self.run_options = ort.RunOptions()
             self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         out = self.session.run([self.output_name], {self.input_name: batch}, self.run_options)[0]
+        if self._channels is None and batch.ndim == 4:
+            self._channels = batch.shape[1]
         return out if out.dtype == np.float32 else out.astype(np.float32)
+
+    def release_memory(self) -> None:
+        """Give the arena's free chunks back now (a session that keeps its arena between runs):
+        ONNX Runtime shrinks only at the end of a run, so this runs a 32x32 input with the
+        shrink option. Only for fully convolutional NCHW networks that have run before."""
+        if self._channels is None or not self.session_options.enable_cpu_mem_arena:
+            return
+        ro = ort.RunOptions()
+        ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        small = np.zeros((1, self._channels, 32, 32), np.float32)
+        self.session.run([self.output_name], {self.input_name: small}, ro)
