@@ -68,7 +68,7 @@ def test_wide_lines_run_in_smaller_batches_and_read_the_same(engine):
 def test_detection_keeps_its_arena_between_pages_and_recognition_gives_it_back(engine):
     """With the arena given back after every run, each detection call faulted its activations
     in again (a 768x1312 page: 39k page faults, +26 % CPU per call, 2-core VM; docs/BENCHMARKS.md
-    "Detection arena"). Detection shapes repeat page after page, so its arena is kept;
+    "the detection arena"). Detection shapes repeat page after page, so its arena is kept;
     recognition shapes vary line by line, so its arena is still returned."""
     import resource
 

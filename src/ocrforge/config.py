@@ -115,7 +115,7 @@ class RuntimeConfig(_Section):
     # memory.enable_memory_arena_shrinkage); see docs/BENCHMARKS.md "Memory on A4 pages".
     # None: recognition (and the line classifier) only; detection keeps its arena, since its
     # shapes repeat page after page and faulting them in again cost +26 % CPU per call
-    # (docs/BENCHMARKS.md "Detection arena"); True / False: every session
+    # (docs/BENCHMARKS.md "the detection arena"); True / False: every session
     shrink_arena: bool | None = None
     allow_spinning: bool = True  # ORT threads busy-wait between ops (fast alone, costly overlapped)
 
