@@ -84,15 +84,16 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
 
     def detector() -> None:
         group: list[Detected | InputError] = []
+        size = 1  # the first page goes out alone: its result comes after one page's work
         try:
             while (got := w.get(det_q)) is not _END:
                 page, decode_s = got
                 if isinstance(page, BaseException) and not isinstance(page, InputError):
                     w.put(rec_q, page)
                     return
-                if _add(runner, group, page, decode_s, s) >= batch_pages:
+                if _add(runner, group, page, decode_s, s) >= size:
                     w.put(rec_q, group)
-                    group = []
+                    group, size = [], batch_pages
             if group:
                 w.put(rec_q, group)
         except Stopped:
@@ -154,10 +155,11 @@ def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int,
                 trim: bool) -> Iterator[Page]:
     runner = engine.runner
     group: list = []
+    size = 1  # the first page goes out alone (see detector() above)
     for item in items:
         for page, decode_s in decoded(engine, item):
-            if _add(runner, group, page, decode_s, s) >= batch_pages:
+            if _add(runner, group, page, decode_s, s) >= size:
                 yield from _recognise_group(runner, group, s, trim)
-                group = []
+                group, size = [], batch_pages
     if group:
         yield from _recognise_group(runner, group, s, trim)
