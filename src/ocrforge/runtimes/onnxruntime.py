@@ -69,6 +69,13 @@ def session_options(cfg: RuntimeConfig) -> ort.SessionOptions:
     return so
 
 
+def _shrink_options() -> ort.RunOptions:
+    """Run options that give the CPU arena's unused chunks back at the end of the run."""
+    ro = ort.RunOptions()
+    ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return ro
+
+
 class OrtRuntime:
     """One ONNX model in one InferenceSession."""
 
@@ -83,12 +90,10 @@ class OrtRuntime:
         )
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
-        self.run_options = None
+        self.run_options = _shrink_options() if cfg.shrink_arena and cfg.enable_cpu_mem_arena else None
         self._channels: int | None = None
-        self.session_options = self.session.get_session_options()
-        if cfg.shrink_arena and cfg.enable_cpu_mem_arena:
-            self.run_options = ort.RunOptions()
-            self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        # an arena that every run keeps (no shrink after each run): release_memory gives it back
+        self._kept_arena = cfg.enable_cpu_mem_arena and self.run_options is None
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         out = self.session.run([self.output_name], {self.input_name: batch}, self.run_options)[0]
@@ -100,9 +105,7 @@ class OrtRuntime:
         """Give the arena's free chunks back now (a session that keeps its arena between runs):
         ONNX Runtime shrinks only at the end of a run, so this runs a 32x32 input with the
         shrink option. Only for fully convolutional NCHW networks that have run before."""
-        if self._channels is None or not self.session_options.enable_cpu_mem_arena:
-            return
-        ro = ort.RunOptions()
-        ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        if self._channels is None or not self._kept_arena:
+            return  # nothing run yet, or every run already gave its arena back
         small = np.zeros((1, self._channels, 32, 32), np.float32)
-        self.session.run([self.output_name], {self.input_name: small}, ro)
+        self.session.run([self.output_name], {self.input_name: small}, _shrink_options())
