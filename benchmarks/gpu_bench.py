@@ -425,6 +425,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-noori": {"page_orientation": False}, "-hostdec": {"gpu.decode": False},
     "-decthr": {"gpu.decode_in_threads": True},
     "-nolayout": {"layout.enabled": False}, "-layout0": {"gpu.layout_processes": 0},
+    "-layout8": {"gpu.layout_processes": 8},
     "-sw1": {"_switch_ms": 1.0},  # the interpreter's GIL switch interval at 1 ms (default 5)
 }
 

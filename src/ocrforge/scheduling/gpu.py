@@ -49,6 +49,7 @@ from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
+from ocrforge.scheduling.layout_workers import PendingLayout
 from ocrforge.scheduling.threads import Workers
 from ocrforge.stages.detect import DetInput, gray_torch
 from ocrforge.stages.recognize import ctc_head_torch
@@ -386,7 +387,7 @@ class GpuScheduler:
 
     def ensure_layout_pool(self, s: Any) -> None:
         if s.layout and self.layout_processes and self.layout_pool is None:
-            from ocrforge.scheduling.layout_workers import LayoutPool
+            from ocrforge.scheduling.layout_workers import LayoutPool  # noqa: I001
 
             self.layout_pool = LayoutPool(self.layout_processes, self.runner.layout_settings())
 
@@ -506,7 +507,7 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         if isinstance(got, BaseException):
             raise got
         seq, page = got
-        done[seq] = _laid_out(page) if isinstance(page, Future) else page
+        done[seq] = _laid_out(page) if isinstance(page, PendingLayout) else page
         while nxt in done:
             yield done.pop(nxt)
             nxt += 1
@@ -516,7 +517,7 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         yield done[k]
 
 
-def _laid_out(fut: Future) -> Page:
+def _laid_out(fut: PendingLayout) -> Page:
     try:
         return fut.result()
     except Exception as e:  # a worker died or layout failed: the run fails, as it would inline
