@@ -116,14 +116,20 @@ def diagnose(pages: list[dict[str, Any]], dec: DBDecoder) -> dict[str, int]:
     return dict(why)
 
 
-def variants(grid: bool, splits: list[str]) -> dict[str, dict[str, Any]]:
+def variants(grid: bool, splits: list[str], gutters: list[str]) -> dict[str, dict[str, Any]]:
     v: dict[str, dict[str, Any]] = {}
-    for g in splits:  # "gap", "gap:thin" or "gap:thin:wide"
+    for g, u in itertools.product(splits, gutters):  # "gap[:thin[:wide]]", "gap[:common[:rows]]"
         names = ("split_gap", "split_thin", "split_wide")
-        v[f"split={g}"] = {k: float(x) for k, x in zip(names, g.split(":"), strict=False)}
+        kw = {k: float(x) for k, x in zip(names, g.split(":"), strict=False)}
+        gut = [float(x) for x in u.split(":")]
+        kw.update(zip(("gutter_gap", "gutter_common", "gutter_rows"), gut, strict=False))
+        if "gutter_rows" in kw:
+            kw["gutter_rows"] = int(kw["gutter_rows"])
+        v[f"split={g} gutter={u}"] = kw
     if grid:
         for t, bt, u in itertools.product((0.2, 0.3), (0.45, 0.6), (1.2, 1.4, 1.6)):
-            v[f"t{t}_b{bt}_u{u}"] = {"thresh": t, "box_thresh": bt, "unclip_ratio": u, "split_gap": 0.0}
+            v[f"t{t}_b{bt}_u{u}"] = {"thresh": t, "box_thresh": bt, "unclip_ratio": u, "split_gap": 0.0,
+                                     "gutter_gap": 0.0}
     return v
 
 
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("maps", nargs="+")
     s.add_argument("--grid", action="store_true", help="thresh x box_thresh x unclip_ratio grid")
     s.add_argument("--split", default="0,1.0", help="split_gap or split_gap:split_thin values, comma separated (0: off)")
+    s.add_argument("--gutter", default="0", help="gutter_gap[:common[:rows]] values, comma separated (0: off)")
     s.add_argument("--json")
     s.add_argument("--why", action="store_true", help="also count why reference boxes were missed")
     a = ap.parse_args(argv)
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     for path in a.maps:
         pages = pickle.loads(Path(path).read_bytes())
-        for name, kw in variants(a.grid, a.split.split(',')).items():
+        for name, kw in variants(a.grid, a.split.split(','), a.gutter.split(',')).items():
             p = {"thresh": engine_det["thresh"], "box_thresh": engine_det["box_thresh"],
                  "unclip_ratio": engine_det["unclip_ratio"],
                  "max_candidates": engine_det["max_candidates"], **kw}
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
             results[f"{path}:{name}"] = r
             row = "  ".join(f"{k} {v['f1']:.4f} (P {v['precision']:.3f} R {v['recall']:.3f})"
                             for k, v in sorted(r.items()))
-            print(f"{Path(path).stem:18s} {name:22s} {row}", flush=True)
+            print(f"{Path(path).stem:12s} {name:34s} {row}", flush=True)
             if a.why:
                 print(f"{'':18s} {'':22s} missed refs: {diagnose(pages, dec)}", flush=True)
     if a.json:

@@ -12,6 +12,9 @@ import pyclipper
 
 from ocrforge.models.registry import DetConstants
 from ocrforge.stages.device_constants import constant
+from ocrforge.stages.gutters import GUTTER_COMMON, GUTTER_GAP, GUTTER_ROWS, split_at_gutters
+from ocrforge.stages.ink import box_ink as _box_ink
+from ocrforge.stages.ink import upright as _upright
 
 
 @dataclass
@@ -132,7 +135,8 @@ class DBDecoder:
                  max_candidates: int = 1000, min_size: int = 3,
                  order: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
                  split_gap: float = SPLIT_GAP, split_thin: float = SPLIT_THIN,
-                 split_wide: float = SPLIT_WIDE):
+                 split_wide: float = SPLIT_WIDE, gutter_gap: float = GUTTER_GAP,
+                 gutter_common: float = GUTTER_COMMON, gutter_rows: int = GUTTER_ROWS):
         # order: how the boxes come out (the runner passes layout.reading_order's top-to-bottom
         # rule; a stage does not know reading order); None: in contour order
         self.order = order
@@ -142,6 +146,8 @@ class DBDecoder:
         self.split_gap = split_gap
         self.split_thin = split_thin
         self.split_wide = split_wide
+        # and where a column gutter runs down through it and the rows around it (gutters.py); 0: never
+        self.gutter = (gutter_gap, gutter_common, gutter_rows)
         self.thresh = thresh
         self.box_thresh = box_thresh
         self.unclip_ratio = unclip_ratio
@@ -158,7 +164,7 @@ class DBDecoder:
         contours, _ = cv2.findContours(bitmap, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
         sx = d.orig_w / rw
         sy = d.orig_h / rh
-        boxes = []
+        pieces: list[tuple[np.ndarray, Any]] = []
         for contour in contours[: self.max_candidates]:
             pts, sside = _mini_box(contour)
             if sside < self.min_size:
@@ -171,13 +177,13 @@ class DBDecoder:
             box, sside = _mini_box(expanded.reshape(-1, 1, 2))
             if sside < self.min_size + 2:
                 continue
-            pieces = ([box] if d.gray is None or self.split_gap <= 0
-                      else split_box(box, d.gray, prob, self.split_gap, self.split_thin,
-                                     self.split_wide))
-            for piece in pieces:
-                out = self._to_page(piece, sx, sy, d)
-                if out is not None:
-                    boxes.append(out)
+            pieces.extend([(box, None)] if d.gray is None or self.split_gap <= 0
+                          else split_box_cols(box, d.gray, prob, self.split_gap, self.split_thin,
+                                              self.split_wide))
+        boxes = [b for b, _ in pieces]
+        if d.gray is not None and self.gutter[0] > 0:
+            boxes = split_at_gutters(boxes, d.gray, *self.gutter, cols=[c for _, c in pieces])
+        boxes = [b for b in (self._to_page(piece, sx, sy, d) for piece in boxes) if b is not None]
         return self.order(boxes) if self.order is not None else boxes
 
     @staticmethod
@@ -250,7 +256,14 @@ def _order_clockwise(pts: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ splitting at cell gaps
 def split_box(box: np.ndarray, gray: np.ndarray, prob: np.ndarray, gap: float,
               thin: float = SPLIT_THIN, wide: float = SPLIT_WIDE) -> list[np.ndarray]:
-    """``box`` (tl, tr, br, bl in detector pixels) cut where ``gray`` shows the text stop.
+    """``box`` (tl, tr, br, bl in detector pixels) cut where ``gray`` shows the text stop."""
+    return [piece for piece, _ in split_box_cols(box, gray, prob, gap, thin, wide)]
+
+
+def split_box_cols(box: np.ndarray, gray: np.ndarray, prob: np.ndarray, gap: float,
+                   thin: float = SPLIT_THIN, wide: float = SPLIT_WIDE) -> list[tuple[np.ndarray, Any]]:
+    """``split_box``'s pieces, each with the ink of its columns (a bool array across the
+    piece; None where the box was not sampled), which the gutter pass reuses.
 
     The DB network links the cells of a table row (and the buttons of a toolbar) into one
     line across gaps of two text heights and more; the probability map stays high over
@@ -263,16 +276,17 @@ def split_box(box: np.ndarray, gray: np.ndarray, prob: np.ndarray, gap: float,
     tl, tr, bl = box[0], box[1], box[3]
     w, h = float(np.linalg.norm(tr - tl)), float(np.linalg.norm(bl - tl))
     if h < SPLIT_MIN_HEIGHT or w < 2 * h:
-        return [box]
+        return [(box, None)]
     iw, ih = int(round(w)), int(round(h))
     ink = _box_ink(box, gray, iw, ih)
     if ink is None:
-        return [box]
+        return [(box, None)]
+    inked = ink.any(0)
     band = _upright(box, prob, iw, ih).sum(0)  # the probability band's thickness per column
     spans = _ink_spans(ink, band, gap, thin, wide)
     if len(spans) < 2:
-        return [box]
-    cols = np.flatnonzero(ink.any(0))
+        return [(box, inked)]
+    cols = np.flatnonzero(inked)
     pad_l, pad_r = float(cols[0]), float(ink.shape[1] - 1 - cols[-1])
     ux, uy = (tr - tl) / ink.shape[1], (bl - tl)
     out = []
@@ -281,51 +295,9 @@ def split_box(box: np.ndarray, gray: np.ndarray, prob: np.ndarray, gap: float,
         hi = spans[k + 1][0] if k + 1 < len(spans) else ink.shape[1]
         x0, x1 = max(lo, a - pad_l), min(hi, b + 1 + pad_r)
         p0, p1 = tl + ux * x0, tl + ux * x1
-        out.append(np.array([p0, p1, p1 + uy, p0 + uy], np.float32))
+        out.append((np.array([p0, p1, p1 + uy, p0 + uy], np.float32),
+                    inked[int(x0): max(int(np.ceil(x1)), int(x0) + 1)]))
     return out
-
-
-def _box_ink(box: np.ndarray, gray: np.ndarray, w: int, h: int) -> np.ndarray | None:
-    """The box's pixels, upright (h x w), as a bool ink mask with horizontal rules removed; None
-    when the box has too little contrast to tell ink from background."""
-    strip = _upright(box, gray, w, h)
-    t, dark = cv2.threshold(strip, 0, 1, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
-    dark = dark.astype(bool)
-    lo, hi = strip[dark], strip[~dark]
-    if not len(lo) or not len(hi) or float(hi.mean()) - float(lo.mean()) < 30:
-        return None
-    # Otsu's cut misses thin anti-aliased strokes (a CJK "一" is one light line), which then
-    # read as a gap: ink is anything a quarter of the way from the background to the ink
-    if dark.mean() <= 0.5:
-        bg, fg = float(np.median(hi)), float(np.percentile(lo, 10))
-        ink = strip < bg - (bg - fg) / 4
-    else:
-        bg, fg = float(np.median(lo)), float(np.percentile(hi, 90))
-        ink = strip > bg + (fg - bg) / 4
-    # a row inked across most of the box is a rule above or below the text, not text: such
-    # rows are cut off (a vertical rule then still crosses all the rows left)
-    rows = np.flatnonzero(ink.mean(1) <= 0.8)
-    if len(rows) < 4:
-        return None
-    ink = ink[rows[0] : rows[-1] + 1]
-    ink[ink.mean(1) > 0.8] = False
-    # specks of noise or JPEG ringing are not ink (a hyphen or a dot, >= 4 px here, is), nor
-    # is a long thin horizontal piece (a rule of a skewed table, an underline)
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(ink.astype(np.uint8), connectivity=8)
-    hh = ink.shape[0]
-    drop = (stats[:, cv2.CC_STAT_AREA] < 4) | ((stats[:, cv2.CC_STAT_HEIGHT] <= max(2, 0.15 * hh))
-                                               & (stats[:, cv2.CC_STAT_WIDTH] >= 1.5 * hh))
-    drop[0] = False  # the background
-    if drop.any():
-        ink &= ~drop[labels]
-    return ink
-
-
-def _upright(box: np.ndarray, img: np.ndarray, w: int, h: int) -> np.ndarray:
-    """The box's pixels of ``img`` sampled upright into h x w."""
-    dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
-    m = cv2.getPerspectiveTransform(box.astype(np.float32), dst)
-    return cv2.warpPerspective(img, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
 
 def _ink_spans(ink: np.ndarray, band: np.ndarray, gap: float, thin: float,
