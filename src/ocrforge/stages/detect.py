@@ -279,8 +279,8 @@ def split_box_cols(box: np.ndarray, gray: np.ndarray, prob: np.ndarray, gap: flo
         return [(box, None)]
     iw, ih = int(round(w)), int(round(h))
     ink = _box_ink(box, gray, iw, ih)
-    if ink is None:
-        return [(box, None)]
+    if ink is None:  # sampled, no contrast: an empty column set, so the gutter pass skips it too
+        return [(box, np.zeros(0, bool))]
     inked = ink.any(0)
     band = _upright(box, prob, iw, ih).sum(0)  # the probability band's thickness per column
     spans = _ink_spans(ink, band, gap, thin, wide)

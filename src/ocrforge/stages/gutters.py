@@ -51,11 +51,12 @@ def split_at_gutters(boxes: list[np.ndarray], gray: np.ndarray, gap: float = GUT
     known = cols if cols is not None else [None] * len(boxes)
     items = [_describe(b, gray, c) for b, c in zip(boxes, known, strict=True)]
     lines = _rows(items)
+    centres = [float(np.mean([b.yc for b in row])) for row in lines]
     out: list[np.ndarray] = []
     for r, row in enumerate(lines):
         for it in row:
             cuts = [g for g in _wide_blanks(it, gap)
-                    if _gutter(lines, r, g, common * it.h, rows, it.h)]
+                    if _gutter(lines, centres, r, g, common * it.h, rows, it.h)]
             out.extend(_cut(it, cuts) if cuts else [it.box])
     return out
 
@@ -115,17 +116,17 @@ def _rows(items: list[_Box]) -> list[list[_Box]]:
     return rows
 
 
-def _gutter(lines: list[list[_Box]], r: int, strip: tuple[float, float], common: float,
-            need: int, h: float) -> bool:
+def _gutter(lines: list[list[_Box]], centres: list[float], r: int, strip: tuple[float, float],
+            common: float, need: int, h: float) -> bool:
     """Whether a strip of at least ``common`` wide inside ``strip`` stays blank through ``need``
     consecutive rows around row ``r`` (whose box has the strip blank)."""
     found = 1
     for step in (-1, 1):
         lo, hi = strip
-        k, yc = r + step, float(np.mean([b.yc for b in lines[r]]))
+        k, yc = r + step, centres[r]
         while 0 <= k < len(lines) and found < need:
             row = lines[k]
-            y = float(np.mean([b.yc for b in row]))
+            y = centres[k]
             if abs(y - yc) > ROW_STEP * h or not _spans(row, lo, hi):
                 break
             lo, hi = _widest_blank(row, lo, hi)
