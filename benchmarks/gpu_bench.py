@@ -200,8 +200,10 @@ class GpuSampler:
         u = [float(x.split(",")[0]) for x in self.lines if x and x.split(",")[0].strip().isdigit()]
         if not u:
             return {"samples": 0}
+        m = [float(x.split(",")[1]) for x in self.lines if x.count(",") == 1
+             and x.split(",")[1].strip().isdigit()]
         return {"samples": len(u), "util_mean": float(np.mean(u)), "util_p50": pct(u, 50),
-                "util_max": float(np.max(u))}
+                "util_max": float(np.max(u)), "mem_used_max_MiB": float(np.max(m)) if m else -1.0}
 
 
 # ---------------------------------------------------------------------------- sections
@@ -427,6 +429,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-nolayout": {"layout.enabled": False}, "-layout0": {"gpu.layout_processes": 0},
     "-layout8": {"gpu.layout_processes": 8},
     "-sw1": {"_switch_ms": 1.0},  # the interpreter's GIL switch interval at 1 ms (default 5)
+    # driver processes (gpu.processes; the default picks from memory and CPUs)
+    "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
+    "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
 }
 
 
@@ -453,12 +458,31 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
         sys.setswitchinterval(change.pop("_switch_ms", switch * 1e3) / 1e3)
         t0 = time.perf_counter()
         eng = OCR(device=ARGS.device, **({} if cuda else {"runtime": "torch"}), **change, **engine_kw)
-        gp = eng.gpu_scheduler()
-        list(gp.run(real[:1]))
-        row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": time.perf_counter() - t0}
-        dpages = list(gp.run([str(r.image) for r in recs]))  # also the warm-up of the shapes
+        pool = eng.gpu_pool() if cuda else None  # several driver processes: read_many's path
+        gp = None if pool is not None else eng.gpu_scheduler()
+        read = eng.read_many if pool is not None else gp.run
+        list(read(real[:1]))
+        row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": time.perf_counter() - t0,
+                     "processes": len(pool.engines) if pool is not None else 1}
+        dpages = list(read([str(r.image) for r in recs]))  # also the warm-up of the shapes
         sc = score_pages(recs, dpages)["overall"]
         row.update(dev_cer=sc.get("cer"), dev_cer_aligned=sc.get("cer_aligned"), dev_det_f1=sc.get("det_f1"))
+        if pool is not None:
+            for k in ("first_pass", "second_pass"):
+                row[k] = pool_pass(read, real[:n_pages])
+            row.update(pool_pass(read, real[:n_pages]))
+            out[name or "default"] = row
+            save(ARGS.out)
+            log(f"variant {name or 'default'} ({row['processes']} processes): "
+                f"{row['pages_per_s']:.1f} pages/s (pass 1 {row['first_pass']['pages_per_s']:.1f}, "
+                f"pass 2 {row['second_pass']['pages_per_s']:.1f}) util "
+                f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} "
+                f"ms/page GPU mem used {row['gpu_util'].get('mem_used_max_MiB', -1):.0f} MiB first "
+                f"page {row['first_page_s']:.1f}s dev CER {row['dev_cer'] or -1:.4f} (aligned "
+                f"{row['dev_cer_aligned'] or -1:.4f}) det F1 {row['dev_det_f1'] or -1:.4f}")
+            eng.close()
+            sys.setswitchinterval(switch)
+            continue
         # pass 1 still captures the CUDA graphs of shapes met for the second time; pass 2 (the
         # same pages again) is the steady rate
         row["first_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
@@ -509,6 +533,18 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
     if profile:
         row["profile"] = ts.summary()
     return row
+
+
+def pool_pass(read, pages: list) -> dict:
+    """One timed pass through an engine's driver processes: rate, host CPU of the whole process
+    tree, GPU use and the GPU's memory in use (every process on it, nvidia-smi)."""
+    cpu0 = host_cpu_s()
+    with GpuSampler() as smp:
+        t1 = time.perf_counter()
+        n = sum(1 for _ in read(pages))
+        el = time.perf_counter() - t1
+    return {"pages": n, "pages_per_s": n / el, "host_cpu_ms_per_page": (host_cpu_s() - cpu0) / n * 1e3,
+            "gpu_util": smp.summary(), "peak_mem_GiB": smp.summary().get("mem_used_max_MiB", -1) / 1024}
 
 
 def fmt_profile(p: dict) -> str:

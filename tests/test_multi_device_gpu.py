@@ -18,7 +18,7 @@ from ocrforge.engine import OCR, on_devices  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-GPU = {"runtime": "torch", "det_limit_side": 960}
+GPU = {"runtime": "torch", "det_limit_side": 960, "gpu.processes": 1}  # engines in this process
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +69,16 @@ def test_a_gpu_engine_that_fails_has_its_pages_read_by_the_other(items, capfd):
     pool.engines[1].read_many = out_of_memory_after_3
     assert _text(pool.read_many(items)) == ref
     assert "OutOfMemoryError" in capfd.readouterr().err
+
+
+def test_gpu_engine_processes_read_like_one_process_twice(items):
+    """The default GPU engine's read_many over several driver processes (gpu.processes) reads
+    every page as the in-process scheduler does, in order, on a second run of the same pool."""
+    ref = _text(OCR(device="cuda:0", **GPU).read_many(items))
+    eng = OCR(device="cuda:0", **{**GPU, "gpu.processes": 2})
+    try:
+        for _ in range(2):
+            assert _text(eng.read_many(items)) == ref
+        assert all(n > 0 for n in eng.gpu_pool().pages_per_device)
+    finally:
+        eng.close()

@@ -286,7 +286,7 @@ def test_gpu_graph_capture_survives_host_pinning_in_other_threads():
 @cuda
 def test_gpu_read_many_uses_gpu_scheduler(pages):
     eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True,
-              det_limit_side=736)
+              det_limit_side=736, **{"gpu.processes": 1})
     out = list(eng.read_many(pages + [b"junk"]))
     assert list(eng._gpu) == [736]
     assert out[2].error

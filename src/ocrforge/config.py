@@ -176,6 +176,11 @@ class GpuConfig(_Section):
     # pools scale with it); a big card may raise it for a little more throughput
     det_batch_megapixels: float = Field(4.0, gt=0)
     orient_batch: int = Field(32, ge=1)  # pages per page-orientation call on the device
+    # engine processes behind read_many on one GPU, each with its own driver thread and CUDA
+    # graphs, over one shared page queue (scheduling/engine_process.py): one driver thread's
+    # Python bounds a process well below what the GPU does. None: from the GPU's free memory
+    # and the CPUs (1 on a small card); 1: in this process
+    processes: int | None = Field(None, ge=1)
 
 
 class LayoutConfig(_Section):

@@ -50,6 +50,7 @@ class OCR:
         self._gpu: dict[int, Any] = {}  # GPU scheduler per detection-limit bucket (bounded)
         self._gpu_lock = threading.Lock()
         self._pool: Any = None  # engine processes of read_many (scheduling/processes.py)
+        self._gpu_pool: Any = None  # GPU engine processes of read_many (engine_process.py)
 
     def _open(self, role: str, precision: str, threads: int | None) -> Runtime:
         cfg = self.config
@@ -146,6 +147,10 @@ class OCR:
         cfg = self.config
         s = self.runner.settings(options)
         if cfg.runtime.backend == "torch" and cfg.runtime.on_gpu and not s.use_cls:
+            gpus = self.gpu_pool()
+            if gpus is not None:
+                yield from gpus.read_many(items, options=options, batch_pages=batch_pages)
+                return
             yield from self.gpu_scheduler(s.det_limit).run(items, options)
             return
         from ocrforge.scheduling.pipeline import run_pipeline
@@ -179,6 +184,24 @@ class OCR:
             if self._pool is None:
                 self._pool = procs.ProcessPool(type(self), cfg, n, cfg.pipeline.process_threads)
             return self._pool
+
+    def gpu_pool(self) -> DevicePool | None:
+        """Engine processes of ``read_many`` on this GPU (``gpu.processes``; started on first
+        use and kept), or None where this process's own scheduler is best."""
+        from ocrforge.scheduling import engine_process as ep
+
+        n = self.config.gpu.processes
+        if n is None:
+            n = ep.auto_gpu_processes(_usable_cpus(), _gpu_free_bytes(self.config.runtime.device))
+        if n <= 1:  # (a child engine's config says 1)
+            return None
+        with self._gpu_lock:
+            if self._gpu_pool is None:
+                from ocrforge.scheduling.multi_device import DevicePool
+
+                cfg = ep.child_config(self.config, n, _usable_cpus())
+                self._gpu_pool = DevicePool(ep.start_engines(type(self), cfg, n))
+            return self._gpu_pool
 
     def ocr_images(self, pages: list[PageImage], options: ReadOptions | None = None) -> list[Page]:
         """OCR decoded pages (one batch through the runner)."""
@@ -216,6 +239,9 @@ class OCR:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._gpu_pool is not None:
+            self._gpu_pool.close()
+            self._gpu_pool = None
 
 
 def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
@@ -239,6 +265,20 @@ def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
             c = c.with_(intra_op_threads=max(1, (os.cpu_count() or 1) // on_cpu))
         engines.append(OCR(c))
     return DevicePool(engines)
+
+
+def _usable_cpus() -> int:
+    from ocrforge.scheduling.processes import usable_cpus
+
+    return usable_cpus()
+
+
+def _gpu_free_bytes(device: str) -> int:
+    import torch
+
+    dev = torch.device(device)
+    free, _ = torch.cuda.mem_get_info(dev.index if dev.index is not None else torch.cuda.current_device())
+    return int(free)
 
 
 def read(item: Any, **overrides: Any) -> Page:

@@ -6,9 +6,11 @@
                                                           input position -> caller, in order
 
 A task is one page: a single-page input goes to the device as it is (the device decodes it, on
-its own decode threads or the GPU's JPEG decoder); an input that may hold several pages (PDF,
-TIFF, GIF, WebP, stdin, or any input under a page range) is decoded by the producer and its pages
-go out one by one, so one long PDF is spread over every device. A worker takes a task whenever
+its own decode threads or the GPU's JPEG decoder); a PDF given by path goes out as one-page
+slices (``PageSlice``) that each device renders itself; any other input that may hold several
+pages (TIFF, GIF, WebP, PDF bytes, stdin, a file object, or any input under a page range) is
+decoded by the producer and its pages go out one by one, so one long PDF is spread over every
+device. A worker takes a task whenever
 its engine asks for input, so a slow page on one device never holds the others back; only the
 order of the results waits for it.
 
@@ -33,9 +35,10 @@ import numpy as np
 from PIL import Image
 
 from ocrforge.config import ReadOptions
-from ocrforge.io.inputs import InputError, sniff
+from ocrforge.io.inputs import InputError, PageSlice, sniff
 from ocrforge.result import Page
 from ocrforge.scheduling.pipeline import decoded, error_page
+from ocrforge.scheduling.processes import pdf_pages
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -104,6 +107,8 @@ def may_have_many_pages(item: Any, pages: str | None) -> bool:
         return True  # a page range can leave a single image with no page at all
     if isinstance(item, (np.ndarray, Image.Image)):
         return False
+    if not isinstance(item, (str, os.PathLike, bytes, bytearray, memoryview)):
+        return True  # a file object, say: read here, once, and sent on as decoded pages
     if isinstance(item, str) and item == "-":
         return True  # stdin can be read only once, here
     if isinstance(item, (str, os.PathLike)):
@@ -153,6 +158,11 @@ class _Run:
                     return
                 if not may_have_many_pages(item, pages):
                     self._add(item)
+                    continue
+                sel = pdf_pages(item, first.config.limits)
+                if sel is not None:  # one page each, read (rendered) by the device's engine
+                    for i in sel:
+                        self._add(PageSlice(item, i, i))
                     continue
                 for got, _ in decoded(first, item):
                     if isinstance(got, InputError):

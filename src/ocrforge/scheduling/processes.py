@@ -59,23 +59,30 @@ def auto_processes(cpus: int, threads: int, available: int | None = None) -> int
     return max(1, min(n, available // PROCESS_MEMORY))
 
 
+def pdf_pages(item: Any, limits: LimitsConfig) -> list[int] | None:
+    """The selected pages (0-based) of a PDF given by path, or None: another input, a PDF over
+    the page limit or one that does not open (its reader then reports it as usual)."""
+    if not isinstance(item, (str, os.PathLike)):
+        return None
+    try:
+        with open(item, "rb") as f:
+            if sniff(f.read(1024)) != "pdf":
+                return None
+        total = count_pages(item).total
+        wanted = parse_page_range(limits.pages) if limits.pages else None
+    except (OSError, ValueError):  # InputError is a ValueError
+        return None
+    sel = [i for i in range(total) if wanted is None or wanted(i)]
+    return sel if len(sel) <= limits.max_pdf_pages else None
+
+
 def pdf_slices(item: Any, limits: LimitsConfig, processes: int) -> list[Any]:
     """A PDF file of several pages as PageSlices for ``processes`` workers (about four slices
     each, for balance), else ``[item]``: other inputs, PDFs over the page limit or that do not
     open (the worker then reports them as usual)."""
-    if processes < 2 or not isinstance(item, (str, os.PathLike)):
-        return [item]
-    try:
-        with open(item, "rb") as f:
-            if sniff(f.read(1024)) != "pdf":
-                return [item]
-        total = count_pages(item).total
-        wanted = parse_page_range(limits.pages) if limits.pages else None
-    except (OSError, ValueError):  # InputError is a ValueError
-        return [item]
-    sel = [i for i in range(total) if wanted is None or wanted(i)]
+    sel = pdf_pages(item, limits) if processes >= 2 else None
     lo, hi = SLICE_PAGES
-    if len(sel) < 2 * lo or len(sel) > limits.max_pdf_pages:
+    if sel is None or len(sel) < 2 * lo:
         return [item]
     size = min(hi, max(lo, -(-len(sel) // (4 * processes))))
     return [PageSlice(item, sel[k], sel[min(k + size, len(sel)) - 1])
