@@ -432,6 +432,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # driver processes (gpu.processes; the default picks from memory and CPUs)
     "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
+    "-wall1": {"gpu.warmup": "all", "gpu.processes": 1},  # every bucket captured at start
 }
 
 

@@ -167,11 +167,19 @@ class TorchRuntime:
                 self.fn(static_in)
         torch.cuda.current_stream(self.dev).wait_stream(s)
         graph = torch.cuda.CUDAGraph()
+        # Not torch.cuda.graph(): on entry it synchronises the device and empties both the
+        # device cache and the pinned host cache, so every capture in a running engine made the
+        # next allocations cudaMalloc / cudaHostAlloc again (each synchronising), and cost
+        # 0.4-1.5 s (H200, 2026-12-04). The graph's memory comes from its own pool either way.
         # thread_local: the scheduler's decoder threads pin host memory (cudaHostAlloc) while
         # the driver thread captures; in the default global mode that invalidates the capture
         # (cuDNN EXECUTION_FAILED, then cudaErrorStreamCaptureInvalidated, measured on the H200)
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode=self.capture_mode):
-            static_out = self.fn(static_in)
+        with torch.cuda.stream(s):
+            graph.capture_begin(pool=self._pool, capture_error_mode=self.capture_mode)
+            try:
+                static_out = self.fn(static_in)
+            finally:
+                graph.capture_end()
         return graph, static_in, static_out
 
     def warmup(self, shapes: list[tuple[int, ...]]) -> float:
