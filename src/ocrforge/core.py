@@ -112,7 +112,7 @@ class PageRunner:
         for i, angle in zip(todo, po.decide(probs, po.THRESH, ends), strict=True):
             if angle:
                 p = pages[i]
-                out[i] = replace(p, image=page_orientation.upright(p.image, angle), rotation=angle)
+                out[i] = replace(p, image=po.upright(p.image, angle), rotation=angle)
         return out
 
     def page_orientation_runtime(self) -> Runtime | None:
