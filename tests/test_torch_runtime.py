@@ -322,12 +322,10 @@ def test_gpu_scheduler_decides_an_unsure_page_like_the_runner(torch_cpu_engine):
     decided on three crops on the device as on the host: turned, and read like the runner."""
     import cv2
 
-    from ocrforge.evaluation.synth import render_page
     from ocrforge.scheduling.gpu import GpuScheduler
 
-    data, _, _ = render_page(77, 17)
-    page = np.ascontiguousarray(cv2.rotate(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR),
-                                           cv2.ROTATE_180))
+    data = Path(__file__).parent / "data" / "orientation" / "synth_77_00017.jpg"  # synth --seed 77, page 17
+    page = np.ascontiguousarray(cv2.rotate(cv2.imread(str(data)), cv2.ROTATE_180))
     ref = torch_cpu_engine.read(page)
     sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
     got = list(sch.run([page]))[0]
