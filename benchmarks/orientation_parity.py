@@ -1,8 +1,9 @@
 """Page orientation on the device vs on the host: do the decisions agree?
 
-The GPU scheduler classifies pages with the native torch network and ``prepare_torch`` (area
-resize straight from full size); the CPU engine with ONNX Runtime and ``prepare`` (pyrDown
-steps, then INTER_AREA). This runs both on the same pages -- every image of a labeled set turned
+The GPU scheduler classifies pages with the native torch network and ``prepare_torch`` (the
+same steps written with torch ops, three crops of every page); the CPU engine with ONNX Runtime
+and ``prepare`` (pyrDown steps, then INTER_AREA; the two end crops only when the centre is
+unsure). This runs both on the same pages -- every image of a labeled set turned
 by 0/90/180/270 -- and counts agreeing decisions and right angles (CPU torch is enough: the
 question is the preprocessing and the network, not the device).
 
@@ -46,12 +47,20 @@ def main() -> None:
             img = img0 if code is None else cv2.rotate(img0, code)
             if not po.applies(*img.shape[:2]):
                 continue
+            # the host runs the end crops only for an unsure centre (PageRunner.upright_pages),
+            # the device always runs all three (GpuScheduler.run_orient)
             p_host = ort.run(po.prepare([img]))
+            ends = ort.run(po.prepare([img], po.ENDS)) if po.unsure(p_host, po.THRESH) else None
             with torch.inference_mode():
-                x = po.prepare_torch(torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1))
-                p_dev = net(x[None]).numpy()
-            a_host = po.decide(p_host, po.THRESH)[0]
-            a_dev = po.decide(p_dev, po.THRESH)[0]
+                x = po.prepare_torch(torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1),
+                                     po.CENTRE + po.ENDS)
+                p_dev = net(x).numpy()
+            a_host = po.decide(p_host, po.THRESH, ends)[0]
+            a_dev = po.decide(p_dev[:1], po.THRESH, p_dev[1:])[0]
+            if ends is not None:
+                p_host = np.concatenate([p_host, ends])
+            else:
+                p_dev = p_dev[:1]
             res["pages"] += 1
             res["agree"] += a_host == a_dev
             res["host_right"] += a_host == angle

@@ -21,7 +21,7 @@ import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 from ocrforge.evaluation.metrics import normalize_text
-from ocrforge.layout.words import SpaceRule, char_class, char_width
+from ocrforge.layout.words import SpaceRule, char_class, char_width, split_words
 
 
 def collect(dataset: str, out: str) -> None:
@@ -29,6 +29,7 @@ def collect(dataset: str, out: str) -> None:
     from ocrforge.evaluation.dataset import load_dataset
     from ocrforge.evaluation.metrics import match_lines
     from ocrforge.io.inputs import iter_pages
+    from ocrforge.result import to_input_frame
 
     runner = OCR().runner
     s = runner.settings(None)
@@ -39,10 +40,15 @@ def collect(dataset: str, out: str) -> None:
         det = runner.detect([next(iter_pages(str(r.image)))], s)[0]
         quads = det.quads[:-1] if det.whole_image else det.quads
         res, _ = runner.recognize_crops(det.crops[: len(quads)], steps=True)
-        m = match_lines([ln.poly for ln in r.lines], [q.tolist() for q in quads], [ln.ignore for ln in r.lines])
+        # a page the orientation stage turned has its quads in the upright frame; the labels
+        # are in the frame of the image as stored
+        h, w = det.page.image.shape[:2]
+        polys = [to_input_frame(q, det.page.rotation, w, h).tolist() for q in quads]
+        m = match_lines([ln.poly for ln in r.lines], polys, [ln.ignore for ln in r.lines])
         ref = {h: r.lines[ri].text for ri, h, _ in m.pairs}
         for h, st in enumerate(res):
-            rows.append({"image": r.name, "lang": r.lang, "kind": r.kind, "steps": st, "ref": ref.get(h)})
+            rows.append({"image": r.name, "lang": r.lang, "kind": r.kind, "steps": st, "ref": ref.get(h),
+                         "rotation": det.page.rotation})
         print(f"  {r.name}: {len(quads)} lines", file=sys.stderr, flush=True)
     with open(out, "wb") as f:
         pickle.dump(rows, f)
@@ -131,6 +137,21 @@ def sweep(paths: str) -> None:
                      ("latin (0.2, 0.3) + cjk_latin (0.01, 0.2)", {"latin": (0.2, 0.3), "cjk_latin": (0.01, 0.2)})):
         a, c = score(th)
         print(f"{name}: word acc {a:.4f}, CER {c:.4f}")
+    a, c, n = score_texts([(split_words(r["steps"])[0], r) for r in rows])
+    print(f"default rule (SpaceRule()): word acc {a:.4f}, CER {c:.4f} ({n} reference words)")
+
+
+def score_texts(pairs: list) -> tuple[float, float, int]:
+    """Word accuracy and CER of (text, row) pairs against the rows' reference lines."""
+    we = wn = ce = cn = 0
+    for text, r in pairs:
+        cf = r["kind"] == "receipt"
+        ref, hyp = normalize_text(r["ref"], cf), normalize_text(text, cf)
+        we += Levenshtein.distance(ref.split(), hyp.split())
+        wn += len(ref.split())
+        ce += Levenshtein.distance(ref, hyp)
+        cn += len(ref)
+    return 1 - we / wn, ce / cn, wn
 
 
 if __name__ == "__main__":

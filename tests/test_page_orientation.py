@@ -6,12 +6,15 @@ with the line classifier in scrambled order.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
 from conftest import char_accuracy, render_lines, to_bgr
 
 from ocrforge import OCR
+from ocrforge.io.inputs import PageImage
 from ocrforge.models.registry import ModelFileError
 from ocrforge.stages import page_orientation as po
 
@@ -29,6 +32,18 @@ def page() -> np.ndarray:
 def oriented(engine) -> OCR:
     assert engine.config.cls.page_orientation, "page orientation is on by default"
     return engine
+
+
+# page 17 of ``ocrforge synth DIR --pages 30 --seed 77`` (an upright table: landscape, blurred,
+# noisy, low contrast, JPEG), kept as a file: the generator's pages depend on the fonts installed
+UNSURE_PAGE = Path(__file__).parent / "data" / "orientation" / "synth_77_00017.jpg"
+
+
+@pytest.fixture(scope="module")
+def unsure_page() -> np.ndarray:
+    """A generated table page turned 180 degrees whose centre crop alone is unsure (it holds
+    the middle of the table and a cut title; the top half is blank texture)."""
+    return np.ascontiguousarray(cv2.rotate(cv2.imread(str(UNSURE_PAGE)), cv2.ROTATE_180))
 
 
 @pytest.mark.parametrize("angle", [0, 90, 180, 270])
@@ -63,6 +78,39 @@ def test_points_map_back_to_the_image_as_given():
         assert np.array_equal(po.upright(given, angle), up)
         gx, gy = po.to_input_frame(np.array([[x + 0.5, y + 0.5]]), angle, 50, 30)[0]
         assert given[int(gy), int(gx)] == 255, angle
+
+
+def test_page_with_an_unsure_centre_crop_is_turned(oriented, unsure_page):
+    """The centre crop alone left this page upside down (180: 0.58); the mean of the centre
+    and both ends of the page's long axis turns it."""
+    runner = oriented.runner
+    got = runner.upright_pages([PageImage("t", 0, unsure_page)])[0]
+    assert got.rotation == 180
+    rt = runner.page_orientation_runtime()
+    assert po.unsure(rt.run(po.prepare([unsure_page])), po.THRESH) == [0], "the case the ends are for"
+    upright = np.ascontiguousarray(cv2.rotate(unsure_page, cv2.ROTATE_180))
+    assert runner.upright_pages([PageImage("t", 0, upright)])[0].rotation == 0
+
+
+def test_decide_on_three_crops_only_when_the_centre_is_unsure():
+    centre = np.array([[0.05, 0.85, 0.05, 0.05], [0.4, 0.05, 0.5, 0.05], [0.5, 0.1, 0.3, 0.1]])
+    assert po.unsure(centre, 0.7) == [1, 2]
+    ends = np.array([[0.05, 0.05, 0.85, 0.05], [0.02, 0.02, 0.94, 0.02],   # page 1
+                     [0.6, 0.1, 0.2, 0.1], [0.05, 0.05, 0.85, 0.05]])      # page 2
+    assert po.decide(centre, 0.7) == [90, 0, 0]
+    assert po.decide(centre, 0.7, ends) == [90, 180, 0]  # page 2: mean 0.45 for 180
+    every = np.concatenate([np.full((2, 4), 0.25), ends])  # ends of every page: same decisions
+    assert po.decide(centre, 0.7, every) == [90, 180, 0]
+
+
+def test_crops_sit_at_the_ends_of_the_long_axis():
+    assert po.crop_origin(300, 256, 0.5) == ((300 - 224) // 2, (256 - 224) // 2)
+    assert po.crop_origin(300, 256, 0.0) == (0, 16) and po.crop_origin(300, 256, 1.0) == (76, 16)
+    assert po.crop_origin(256, 401, 1.0) == (16, 177)
+    img = np.zeros((500, 256, 3), np.uint8)
+    img[:250] = 255  # white top half: the first crop is white, the last one black
+    x = po.prepare([img], po.CENTRE + po.ENDS)
+    assert x.shape == (3, 3, 224, 224) and x[1].min() > 1.5 and x[2].max() < -1.5
 
 
 def test_decide_needs_confidence():
@@ -102,8 +150,8 @@ def test_native_orientation_network_and_device_prep_match_the_host_path():
                     w / 500, (0, 0, 0), max(2, w // 300))
         for code in (None, cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180):
             x = img if code is None else np.ascontiguousarray(cv2.rotate(img, code))
-            ref = po.prepare([x])
-            dev = po.prepare_torch(torch.from_numpy(x).permute(2, 0, 1))[None]
+            ref = po.prepare([x], po.CENTRE + po.ENDS)
+            dev = po.prepare_torch(torch.from_numpy(x).permute(2, 0, 1), po.CENTRE + po.ENDS)
             assert np.abs(ref - dev.numpy()).max() < 0.05, (h, w, code)
             with torch.inference_mode():
                 p_dev = net(dev).numpy()

@@ -315,3 +315,19 @@ def test_gpu_scheduler_turns_rotated_pages_like_the_runner(pages, torch_cpu_engi
         assert (g.width, g.height) == (ref.width, ref.height)
         assert [ln.text.replace(" ", "") for ln in g.lines] == \
             [ln.text.replace(" ", "") for ln in ref.lines]
+
+
+def test_gpu_scheduler_decides_an_unsure_page_like_the_runner(torch_cpu_engine):
+    """A page whose centre crop alone is unsure (a generated table turned 180 degrees) is
+    decided on three crops on the device as on the host: turned, and read like the runner."""
+    import cv2
+
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    data = Path(__file__).parent / "data" / "orientation" / "synth_77_00017.jpg"  # synth --seed 77, page 17
+    page = np.ascontiguousarray(cv2.rotate(cv2.imread(str(data)), cv2.ROTATE_180))
+    ref = torch_cpu_engine.read(page)
+    sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+    got = list(sch.run([page]))[0]
+    assert got.rotation == ref.rotation == 180 and sch.stats.pages_turned == 1
+    assert [ln.text.replace(" ", "") for ln in got.lines] == [ln.text.replace(" ", "") for ln in ref.lines]

@@ -94,8 +94,9 @@ class PageRunner:
         )
 
     def upright_pages(self, pages: list[PageImage]) -> list[PageImage]:
-        """Pages turned upright when ``cls.page_orientation`` is on and the classifier is sure;
-        a turned page records the angle (``rotation``) and from here on is the upright image."""
+        """Pages turned upright when ``cls.page_orientation`` is on and the classifier is sure
+        (of the centre crop, or of three crops when the centre alone is unsure); a turned page
+        records the angle (``rotation``) and from here on is the upright image."""
         cfg = self.config.cls
         todo = [i for i, p in enumerate(pages) if page_orientation.applies(*p.image.shape[:2])]
         if not cfg.page_orientation or not todo:
@@ -103,13 +104,15 @@ class PageRunner:
         rt = self.page_orientation_runtime()
         if rt is None:
             return pages
-        probs = rt.run(page_orientation.prepare([pages[i].image for i in todo]))
+        po = page_orientation
+        probs = rt.run(po.prepare([pages[i].image for i in todo]))
+        unsure = po.unsure(probs, po.THRESH)
+        ends = rt.run(po.prepare([pages[todo[k]].image for k in unsure], po.ENDS)) if unsure else None
         out = list(pages)
-        for i, angle in zip(todo, page_orientation.decide(probs, page_orientation.THRESH),
-                            strict=True):
+        for i, angle in zip(todo, po.decide(probs, po.THRESH, ends), strict=True):
             if angle:
                 p = pages[i]
-                out[i] = replace(p, image=page_orientation.upright(p.image, angle), rotation=angle)
+                out[i] = replace(p, image=po.upright(p.image, angle), rotation=angle)
         return out
 
     def page_orientation_runtime(self) -> Runtime | None:

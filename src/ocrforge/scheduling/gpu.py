@@ -3,9 +3,11 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
 
     decode       CPU threads read files / decode non-JPEG pages and pin them;
                  plain JPEGs go to the GPU thread as bytes (batched nvJPEG decode there)
-    orient       whole-page 0/90/180/270 on the device: pages of a batch resized into one
-                 224 x 224 tensor (page_orientation.prepare_torch), the native classifier,
-                 the decision read back asynchronously, turned pages rotated on the device
+    orient       whole-page 0/90/180/270 on the device: pages of a batch resized into
+                 224 x 224 crops (page_orientation.prepare_torch: the centre and both ends of
+                 every page, so an unsure centre needs no second launch), the native
+                 classifier, the probabilities read back asynchronously and decided as on
+                 the host (page_orientation.decide), turned pages rotated on the device
     detect       pages resized + normalised into a fixed set of page buckets (DetPreprocessor.
                  prepare_torch), DB network (CUDA graph per bucket), binarised on the device
     boxes        contours, box scores, unclip: CPU worker threads / processes
@@ -51,6 +53,7 @@ from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.scheduling.layout_workers import PendingLayout
 from ocrforge.scheduling.threads import Workers
+from ocrforge.stages import page_orientation as po
 from ocrforge.stages.detect import DetInput, gray_torch
 from ocrforge.stages.recognize import ctc_head_torch
 
@@ -200,7 +203,8 @@ class GpuScheduler:
                 self.rec.warmup([(n, 3, h, wb) for n in sorted({self.rec_small(), self.rec_batch_for(wb)})])
             ori = self.orient_runtime()
             if ori is not None:
-                ori.warmup([(n, 3, 224, 224) for n in _pow2_upto(self.orient_batch)])
+                per = 1 + len(po.ENDS)
+                ori.warmup([(n * per, 3, po.SIZE, po.SIZE) for n in _pow2_upto(self.orient_batch)])
         self.stats.warmup_s = time.perf_counter() - t0
         return self.stats.warmup_s
 
@@ -273,15 +277,16 @@ class GpuScheduler:
             p.error = f"cannot read ({type(e).__name__}: {e})"
 
     def run_orient(self, pages: list[GpuPage]) -> tuple:
-        """Page orientation probabilities of these pages (async copy to the host + event)."""
-        from ocrforge.stages import page_orientation as po
-
+        """Page orientation probabilities of these pages, pages x crops (centre, then the
+        ends) x angles (async copy to the host + event)."""
         n = 1 << (len(pages) - 1).bit_length()  # power-of-two batches: few graph shapes
+        crops = po.CENTRE + po.ENDS
         rt = self.orient_runtime()
-        x = torch.zeros((n, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
+        x = torch.zeros((n, len(crops), 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
         for k, p in enumerate(pages):
-            x[k] = po.prepare_torch(p.img)
-        return self.to_host(rt.forward(x)[: len(pages)].float())
+            x[k] = po.prepare_torch(p.img, crops)
+        probs = rt.forward(x.flatten(0, 1)).unflatten(0, (n, len(crops)))
+        return self.to_host(probs[: len(pages)].float())
 
     def run_det(self, pages: list[GpuPage], hb: int, wb: int) -> tuple:
         nb = self.det_batch_for((hb, wb))

