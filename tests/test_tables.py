@@ -91,3 +91,23 @@ def test_markdown_and_html_rendering():
     assert "<th>&lt;x&gt;</th>" in html and '<td colspan="2">wide</td>' in html
     assert html.count("<tr>") == 3 and "<td>from line</td>" in html
     assert table_to_markdown(Table(0, 0)) == ""
+
+
+def test_a_ruled_row_rule_broken_into_pieces_still_splits_the_rows():
+    """A rule faded in places (blur, low contrast, JPEG) comes out of the binarised page as
+    collinear pieces, none half the grid's width; together they are one rule (seed 100 of
+    ``synth --kind tables``: two rows read as one, every cell below shifted)."""
+    from ocrforge.layout.tables import find_ruled_grids
+
+    img = np.full((300, 720, 3), 255, np.uint8)
+    x0, x1, ys, xs = 20, 700, [20, 60, 100, 140, 180, 220], [20, 190, 360, 530, 700]
+    for k, y in enumerate(ys):
+        if k == 3:  # three pieces 8 px apart, stepping down one pixel each (a slight skew)
+            for j, (a, b) in enumerate([(x0, 240), (248, 470), (478, x1)]):
+                cv2.line(img, (a, y + j), (b, y + j), (0, 0, 0), 1)
+        else:
+            cv2.line(img, (x0, y), (x1, y), (0, 0, 0), 1)
+    for x in xs:
+        cv2.line(img, (x, ys[0]), (x, ys[-1]), (0, 0, 0), 1)
+    (grid,) = find_ruled_grids(img, 0.0, 16.0)
+    assert len(grid.ys) == len(ys) and len(grid.xs) == len(xs), (grid.ys, grid.xs)

@@ -87,19 +87,31 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
 
 
 def _rules(mask: np.ndarray, axis: int, need: float, merge: float) -> list[float]:
-    """Positions of the rules in a mask: connected pieces at least ``need`` long, horizontal
-    (axis 0: their mean y) or vertical (axis 1: their mean x); positions closer than ``merge``
-    are one rule."""
+    """Positions of the rules in a mask, horizontal (axis 0: their mean y) or vertical (axis 1:
+    their mean x). Pieces whose positions are closer than ``merge`` are one rule, kept when the
+    pieces together cover at least ``need`` along it: a rule faded in places by blur, low
+    contrast or JPEG comes out of the binarised page as collinear pieces, none long enough."""
     n, _, stats, centroids = cv2.connectedComponentsWithStats(mask)
+    start = stats[1:, cv2.CC_STAT_LEFT if axis == 0 else cv2.CC_STAT_TOP]
     length = stats[1:, cv2.CC_STAT_WIDTH if axis == 0 else cv2.CC_STAT_HEIGHT]
-    pos = sorted(float(c[1 - axis]) for c, ln in zip(centroids[1:], length, strict=True) if ln >= need)
-    out: list[list[float]] = []
-    for p in pos:
-        if out and p - out[-1][-1] < merge:
-            out[-1].append(p)
+    pieces = sorted((float(c[1 - axis]), int(a), int(a + ln))
+                    for c, a, ln in zip(centroids[1:], start, length, strict=True))
+    groups: list[list[tuple[float, int, int]]] = []
+    for piece in pieces:
+        if groups and piece[0] - groups[-1][-1][0] < merge:
+            groups[-1].append(piece)
         else:
-            out.append([p])
-    return [float(np.mean(g)) for g in out]
+            groups.append([piece])
+    return [float(np.mean([p for p, _, _ in g])) for g in groups if _covered(g) >= need]
+
+
+def _covered(pieces: list[tuple[float, int, int]]) -> int:
+    """Length of the union of the pieces' extents [a, b)."""
+    total, end = 0, -1
+    for _, a, b in sorted(pieces, key=lambda p: p[1]):
+        total += max(0, b - max(a, end))
+        end = max(end, b)
+    return total
 
 
 def _turn(img: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
