@@ -111,3 +111,20 @@ def test_a_ruled_row_rule_broken_into_pieces_still_splits_the_rows():
         cv2.line(img, (x, ys[0]), (x, ys[-1]), (0, 0, 0), 1)
     (grid,) = find_ruled_grids(img, 0.0, 16.0)
     assert len(grid.ys) == len(ys) and len(grid.xs) == len(xs), (grid.ys, grid.xs)
+
+
+def test_an_unruled_header_row_with_one_cell_found_stays_in_its_table():
+    """When detection finds only one cell of an unruled table's header (faint bold text), that
+    row is no table row by itself; it still heads the table: directly above it at the rows'
+    pitch, its text inside one column (seed 100 of ``synth --kind tables``: the header fell into
+    the paragraph above and every row moved up one)."""
+    page, image, rec = _synth_tables(20, False)
+    ref = rec["tables"][0]
+    header = [c["text"] for c in ref["cells"] if c["row"] == 0]
+    page.lines = [ln for ln in page.lines if ln.text not in header[1:]]
+    analyze(page)
+    t = _found_tables(page)[0]
+    assert (t.rows, t.cols) == (ref["rows"], ref["cols"])
+    hit, n_ref, _ = cell_f1([(c["row"], c["col"], c["text"]) for c in ref["cells"]],
+                            [(c.row, c.col, c.text) for c in t.cells])
+    assert hit == n_ref - (len(header) - 1)

@@ -137,13 +137,17 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
     h = line_height
     grids: list[Grid] = []
     run: list[list[int]] = []
+    above: list[int] = []  # the row just above the run, when that is no table row
 
     def close() -> None:
         if len(run) >= 3:
             g = _grid_of(boxes, run, h)
+            if g is not None and above and _heads(boxes, g, above, run, h):
+                g = _grid_of(boxes, [above, *run], h) or g
             if g is not None:
                 grids.append(g)
 
+    prev: list[int] = []
     for row in group_rows(boxes, ids):
         # a line of running text beside a table (a sidebar's table next to the main column) is
         # no cell: leave long lines out
@@ -152,12 +156,36 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
         widths = sorted(float(boxes[p, 2].max() - boxes[p, 0].min()) for p in pieces)
         tablelike = len(pieces) >= 2 and widths[1] < 8 * h
         if tablelike and (not run or _same_table(boxes, run, row, h)):
+            if not run:
+                above = prev
             run.append(row)
+            prev = row
             continue
         close()
-        run = [row] if tablelike else []
+        run, above = ([row], []) if tablelike else ([], [])
+        prev = row
     close()
     return grids
+
+
+def _heads(boxes: np.ndarray, grid: Grid, row: list[int], run: list[list[int]], h: float) -> bool:
+    """Whether ``row``, no table row by itself, is the header of the table ``grid`` made of
+    ``run`` whose other header cells were not detected (faint bold text): it lies above the first
+    row at the rows' pitch and each of its lines sits inside one column, starting where that
+    column's text starts (a caption or a paragraph line above is set further apart, or wider)."""
+    gaps = [boxes[b, 1].min() - boxes[a, 3].max() for a, b in zip(run, run[1:], strict=False)]
+    med = float(np.median(gaps))
+    gap = float(boxes[run[0], 1].min() - boxes[row, 3].max())
+    if not -0.25 * h < gap <= max(1.5 * med, med + 0.5 * h) or gap >= 2.5 * h:
+        return False
+    for i in row:
+        k = int(np.searchsorted(grid.xs, (boxes[i, 0] + boxes[i, 2]) * 0.5)) - 1
+        if not 0 <= k < grid.cols or boxes[i, 0] < grid.xs[k] or boxes[i, 2] > grid.xs[k + 1]:
+            return False
+        starts = [float(boxes[j, 0]) for r in run for j in r if grid.xs[k] <= boxes[j, 0] < grid.xs[k + 1]]
+        if not starts or abs(boxes[i, 0] - min(starts)) > 0.5 * h:
+            return False
+    return True
 
 
 def _pieces(boxes: np.ndarray, row: list[int], h: float) -> list[list[int]]:
