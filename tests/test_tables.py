@@ -128,3 +128,16 @@ def test_an_unruled_header_row_with_one_cell_found_stays_in_its_table():
     hit, n_ref, _ = cell_f1([(c["row"], c["col"], c["text"]) for c in ref["cells"]],
                             [(c.row, c.col, c.text) for c in t.cells])
     assert hit == n_ref - (len(header) - 1)
+
+
+def test_a_heading_in_large_type_is_no_ruled_table():
+    """The strokes of large letters line up like the pieces of a broken rule; a newspaper's
+    section title (white type on a grey box, the dev set's newspaper) must not become a grid."""
+    from ocrforge.layout.tables import find_ruled_grids
+
+    img = Image.new("RGB", (300, 60), "white")
+    d = ImageDraw.Draw(img)
+    d.rectangle([50, 4, 240, 44], fill=(128, 128, 128))
+    d.text((58, 2), "EE EE EE", font=ImageFont.truetype(font_path(), 34), fill="white")
+    image = cv2.cvtColor(np.asarray(img), cv2.COLOR_RGB2BGR)
+    assert find_ruled_grids(image, 0.0, 10.0) == []

@@ -48,6 +48,10 @@ class Grid:
 
 
 # ------------------------------------------------------------------------------------ ruled
+# a piece of a broken rule counts towards the rule when at least this many line heights long
+RULE_PIECE = 6.0
+
+
 def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> list[Grid]:
     """Grids of drawn rules on the page image (BGR or grey), in the frame turned by ``angle``."""
     gray = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
@@ -76,8 +80,10 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
         if w < 4 * hs or hh < 1.5 * hs:
             continue
         region = labels[y : y + hh, x : x + w] == k
-        ys = _rules(horiz[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=0, need=0.5 * w, merge=0.4 * hs)
-        xs = _rules(vert[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=1, need=0.5 * hh, merge=0.4 * hs)
+        ys = _rules(horiz[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=0, need=0.5 * w,
+                    merge=0.4 * hs, piece=RULE_PIECE * hs)
+        xs = _rules(vert[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=1, need=0.5 * hh,
+                    merge=0.4 * hs, piece=RULE_PIECE * hs)
         if len(ys) < 3 or len(xs) < 3:
             continue
         # back to page pixels of the deskewed frame
@@ -86,16 +92,19 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
     return grids
 
 
-def _rules(mask: np.ndarray, axis: int, need: float, merge: float) -> list[float]:
+def _rules(mask: np.ndarray, axis: int, need: float, merge: float, piece: float = 0.0) -> list[float]:
     """Positions of the rules in a mask, horizontal (axis 0: their mean y) or vertical (axis 1:
     their mean x). Pieces whose positions are closer than ``merge`` are one rule, kept when the
     pieces together cover at least ``need`` along it: a rule faded in places by blur, low
-    contrast or JPEG comes out of the binarised page as collinear pieces, none long enough."""
+    contrast or JPEG comes out of the binarised page as collinear pieces, none long enough.
+    Only pieces at least ``piece`` long (or ``need``) count: the strokes of large type in a
+    heading line up too, each far shorter."""
     n, _, stats, centroids = cv2.connectedComponentsWithStats(mask)
     start = stats[1:, cv2.CC_STAT_LEFT if axis == 0 else cv2.CC_STAT_TOP]
     length = stats[1:, cv2.CC_STAT_WIDTH if axis == 0 else cv2.CC_STAT_HEIGHT]
     pieces = sorted((float(c[1 - axis]), int(a), int(a + ln))
-                    for c, a, ln in zip(centroids[1:], start, length, strict=True))
+                    for c, a, ln in zip(centroids[1:], start, length, strict=True)
+                    if ln >= min(need, piece or need))
     groups: list[list[tuple[float, int, int]]] = []
     for piece in pieces:
         if groups and piece[0] - groups[-1][-1][0] < merge:
@@ -170,13 +179,14 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
 
 def _heads(boxes: np.ndarray, grid: Grid, row: list[int], run: list[list[int]], h: float) -> bool:
     """Whether ``row``, no table row by itself, is the header of the table ``grid`` made of
-    ``run`` whose other header cells were not detected (faint bold text): it lies above the first
-    row at the rows' pitch and each of its lines sits inside one column, starting where that
-    column's text starts (a caption or a paragraph line above is set further apart, or wider)."""
-    gaps = [boxes[b, 1].min() - boxes[a, 3].max() for a, b in zip(run, run[1:], strict=False)]
-    med = float(np.median(gaps))
+    ``run`` whose other header cells were not detected (faint bold text): its top lies above the
+    first row's by the rows' pitch (within a quarter of it) and each of its lines sits inside one
+    column, starting where that column's text starts (a caption or a paragraph line above is set
+    further apart, or wider; a sidebar's lines beside a table keep a pitch of their own)."""
+    tops = [float(boxes[r, 1].min()) for r in run]
+    pitch = float(np.median(np.diff(tops)))
     gap = float(boxes[run[0], 1].min() - boxes[row, 3].max())
-    if not -0.25 * h < gap <= max(1.5 * med, med + 0.5 * h) or gap >= 2.5 * h:
+    if gap <= -0.25 * h or abs(tops[0] - float(boxes[row, 1].min()) - pitch) > 0.25 * pitch:
         return False
     for i in row:
         k = int(np.searchsorted(grid.xs, (boxes[i, 0] + boxes[i, 2]) * 0.5)) - 1
