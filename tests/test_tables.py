@@ -141,3 +141,23 @@ def test_a_heading_in_large_type_is_no_ruled_table():
     d.text((58, 2), "EE EE EE", font=ImageFont.truetype(font_path(), 34), fill="white")
     image = cv2.cvtColor(np.asarray(img), cv2.COLOR_RGB2BGR)
     assert find_ruled_grids(image, 0.0, 10.0) == []
+
+
+def test_a_sidebar_item_above_a_table_of_sidebar_and_pane_is_no_header():
+    """A screenshot's side menu (items at one pitch) beside buttons in the pane can line up as
+    a table; the menu item above it continues the menu, it is no header (the line above it sits
+    at the same pitch), so the table does not grow upwards."""
+    lines = []
+
+    def add(text: str, x: float, y: float, w: float) -> None:
+        lines.append(Line(text, [[x, y], [x + w, y], [x + w, y + 16], [x, y + 16]], 1.0))
+
+    for k in range(12):
+        add(f"Menu{k}", 10, 20 + 30 * k, 60)
+    for k in range(4):
+        add(f"Save{k}", 200, 200 + 30 * k, 50)
+        add(f"Open{k}", 330, 200 + 30 * k, 50)
+    page = Page(lines, 600, 420)
+    analyze(page)
+    tops = [b.bbox[1] for b in page.blocks if b.table is not None]
+    assert tops and min(tops) >= 195, tops

@@ -177,12 +177,18 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
     return grids
 
 
+HEAD_CLEAR = 1.4  # a header has no line this many row pitches above it in its column
+
+
 def _heads(boxes: np.ndarray, grid: Grid, row: list[int], run: list[list[int]], h: float) -> bool:
     """Whether ``row``, no table row by itself, is the header of the table ``grid`` made of
     ``run`` whose other header cells were not detected (faint bold text): its top lies above the
     first row's by the rows' pitch (within a quarter of it) and each of its lines sits inside one
     column, starting where that column's text starts (a caption or a paragraph line above is set
-    further apart, or wider; a sidebar's lines beside a table keep a pitch of their own)."""
+    further apart, or wider; a sidebar's lines beside a table keep a pitch of their own). A line
+    above it in the same column within ``HEAD_CLEAR`` pitches makes it one of a side menu's
+    items lined up beside the table (their pitch varies), not a header: a header is the top of
+    its column."""
     tops = [float(boxes[r, 1].min()) for r in run]
     pitch = float(np.median(np.diff(tops)))
     gap = float(boxes[run[0], 1].min() - boxes[row, 3].max())
@@ -194,6 +200,10 @@ def _heads(boxes: np.ndarray, grid: Grid, row: list[int], run: list[list[int]], 
             return False
         starts = [float(boxes[j, 0]) for r in run for j in r if grid.xs[k] <= boxes[j, 0] < grid.xs[k + 1]]
         if not starts or abs(boxes[i, 0] - min(starts)) > 0.5 * h:
+            return False
+        above = (boxes[:, 2] > grid.xs[k]) & (boxes[:, 0] < grid.xs[k + 1]) \
+            & (boxes[:, 1] < boxes[i, 1]) & (boxes[i, 1] - boxes[:, 1] <= HEAD_CLEAR * pitch)
+        if above.any():
             return False
     return True
 
