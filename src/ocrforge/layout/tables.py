@@ -106,11 +106,11 @@ def _rules(mask: np.ndarray, axis: int, need: float, merge: float, piece: float 
                     for c, a, ln in zip(centroids[1:], start, length, strict=True)
                     if ln >= min(need, piece or need))
     groups: list[list[tuple[float, int, int]]] = []
-    for piece in pieces:
-        if groups and piece[0] - groups[-1][-1][0] < merge:
-            groups[-1].append(piece)
+    for item in pieces:
+        if groups and item[0] - groups[-1][-1][0] < merge:
+            groups[-1].append(item)
         else:
-            groups.append([piece])
+            groups.append([item])
     return [float(np.mean([p for p, _, _ in g])) for g in groups if _covered(g) >= need]
 
 
@@ -201,9 +201,9 @@ def _heads(boxes: np.ndarray, grid: Grid, row: list[int], run: list[list[int]], 
         starts = [float(boxes[j, 0]) for r in run for j in r if grid.xs[k] <= boxes[j, 0] < grid.xs[k + 1]]
         if not starts or abs(boxes[i, 0] - min(starts)) > 0.5 * h:
             return False
-        above = (boxes[:, 2] > grid.xs[k]) & (boxes[:, 0] < grid.xs[k + 1]) \
+        over = (boxes[:, 2] > grid.xs[k]) & (boxes[:, 0] < grid.xs[k + 1]) \
             & (boxes[:, 1] < boxes[i, 1]) & (boxes[i, 1] - boxes[:, 1] <= HEAD_CLEAR * pitch)
-        if above.any():
+        if over.any():
             return False
     return True
 
