@@ -89,7 +89,8 @@ def score(pages: list[dict[str, Any]], dec: DBDecoder) -> dict[str, dict[str, fl
 def diagnose(pages: list[dict[str, Any]], dec: DBDecoder) -> dict[str, int]:
     """Why reference boxes were missed: merged (the box covering most of it also covers another
     reference box), split (two or more boxes each cover a part), missed (nothing covers half of
-    it), other (one box covers it but IoU < 0.5: too loose or too tight)."""
+    it; also counted as faint, weak or on a turned page, ``_missed_kinds``), other (one box
+    covers it but IoU < 0.5: too loose or too tight, e.g. a whole button around its label)."""
     from ocrforge.evaluation.metrics import to_polygon
 
     why: dict[str, int] = defaultdict(int)
@@ -106,6 +107,8 @@ def diagnose(pages: list[dict[str, Any]], dec: DBDecoder) -> dict[str, int]:
             cover = [(c, j) for c, j in cover if c > 0.1]
             if not cover or sum(c for c, _ in cover) < 0.5:
                 why["missed"] += 1
+                for key in _missed_kinds(pg, pg["ref"][i]):
+                    why[key] += 1
             elif len(cover) >= 2 and cover[1][0] > 0.2:
                 why["split"] += 1
             elif any(k != i and hp[cover[0][1]].intersection(o).area > 0.3 * o.area
@@ -114,6 +117,25 @@ def diagnose(pages: list[dict[str, Any]], dec: DBDecoder) -> dict[str, int]:
             else:
                 why["other"] += 1
     return dict(why)
+
+
+def _missed_kinds(pg: dict[str, Any], poly: list) -> list[str]:
+    """Of a missed reference box on an unturned page: "missed, faint" when the detector's grey
+    page spans < 25 grey levels over it (5th to 95th percentile), "missed, weak" when the
+    probability map stays under 0.5 there; "missed, turned page" on a turned page (not sampled)."""
+    if pg["rotation"] or pg.get("gray") is None:
+        return ["missed, turned page"]
+    oh, ow = pg["orig"]
+    rh, rw = pg["prob"].shape
+    p = np.asarray(poly, np.float64)
+    x0, y0 = (p.min(0) * (rw / ow, rh / oh)).astype(int)
+    x1, y1 = np.ceil(p.max(0) * (rw / ow, rh / oh)).astype(int)
+    x0, y0 = max(x0, 0), max(y0, 0)
+    gray, prob = pg["gray"][y0:y1 + 1, x0:x1 + 1], pg["prob"][y0:y1 + 1, x0:x1 + 1]
+    if gray.size == 0:
+        return []
+    lo, hi = np.percentile(gray, (5, 95))
+    return (["missed, faint"] if hi - lo < 25 else []) + (["missed, weak"] if prob.max() < 128 else [])
 
 
 def variants(grid: bool, splits: list[str], gutters: list[str]) -> dict[str, dict[str, Any]]:

@@ -78,8 +78,13 @@ def load_cached(cache: Path, records: list[Record]) -> list[dict[str, Any]] | No
     return [by_name[r.name] for r in records]
 
 
-def table_scores(rec: Record, page) -> dict[str, int]:
-    refs = rec.meta.get("tables") or []
+TABLE_GROUPS = {"ruled": True, "unruled": False}
+
+
+def table_scores(rec: Record, page, ruled: bool | None = None) -> dict[str, int]:
+    """Table counts of one page; ``ruled``: only the labeled tables drawn ruled (True) or
+    unruled (False); None: all. (An unruled table may have rules above and below its header.)"""
+    refs = [t for t in rec.meta.get("tables") or [] if ruled is None or bool(t.get("ruled")) == ruled]
     found = [(b.bbox, b.table) for b in page.blocks if b.table is not None]
     hit = n_ref = n_hyp = shape = matched = 0
     for ref in refs:
@@ -112,14 +117,27 @@ def run_variant(records: list[Record], captured: list[dict[str, Any]], options: 
             layout.analyze(page, image=image, steps=c["steps"], **options)
         pages.append(page)
     res = score_pages(records, pages, ref_order=ref_order)
-    tabs = [table_scores(r, p) for r, p in zip(records, pages, strict=True)]
-    tot = {k: sum(t[k] for t in tabs) for k in tabs[0]} if tabs else {}
+    tot = _table_totals(records, pages, None)
+    if tot.get("tables"):
+        res["tables"] = tot
+        for name, ruled in TABLE_GROUPS.items():
+            res[f"tables_{name}"] = _table_totals(records, pages, ruled)
+    return res
+
+
+def _table_totals(records: list[Record], pages: list, ruled: bool | None) -> dict[str, Any]:
+    tabs = [table_scores(r, p, ruled) for r, p in zip(records, pages, strict=True)]
+    tot: dict[str, Any] = {k: sum(t[k] for t in tabs) for k in tabs[0]} if tabs else {}
     if tot.get("tables"):
         p = tot["cells_hit"] / tot["cells_hyp"] if tot["cells_hyp"] else 0.0
         r = tot["cells_hit"] / tot["cells_ref"] if tot["cells_ref"] else 0.0
         tot["cell_f1"] = 2 * p * r / (p + r) if p + r else 0.0
-        res["tables"] = tot
-    return res
+    return tot
+
+
+def _table_text(t: dict[str, Any], found: str = "tables_found") -> str:
+    return (f"{t[found]}/{t['tables']}, {t['tables_shape']}/{t['tables']}, {100 * t['cell_f1']:.1f} %"
+            if t.get("tables") else "")
 
 
 def main() -> int:
@@ -154,15 +172,17 @@ def main() -> int:
     print(f"{args.dataset}: {len(records)} pages{' (upright only)' if args.upright else ''}, "
           f"reference order {args.ref_order}")
     print(f"{'variant':8s} {'CER %':>7s} {'aligned %':>9s} {'word acc %':>10s} {'tau':>6s}  tables (found/labeled, shape, cell F1)")
+    print("(ruled / unruled rows: matched/labeled, shape, cell F1 of the tables drawn that way)")
     for name, options in VARIANTS.items():
         res = run_variant(records, captured, options, args.ref_order)
         o = res["overall"]
         tau = "n/a" if o["order_tau"] is None else f"{o['order_tau']:.3f}"
-        t = res.get("tables")
-        tt = (f"{t['tables_found']}/{t['tables']}, {t['tables_shape']}/{t['tables']}, {100 * t['cell_f1']:.1f} %"
-              if t else "")
+        tt = _table_text(res.get("tables") or {})
         wa = "n/a" if o["word_acc"] is None else f"{100 * o['word_acc']:.2f}"
         print(f"{name:8s} {100 * o['cer']:7.2f} {100 * o['cer_aligned']:9.2f} {wa:>10s} {tau:>6s}  {tt}")
+        for group in TABLE_GROUPS:
+            if (res.get(f"tables_{group}") or {}).get("tables"):
+                print(f"  tables {group:9s} {_table_text(res[f'tables_{group}'], 'tables_matched')}")
         groups = [(f"kind={k}", g) for k, g in res["by_kind"].items()] + [(f"lang={k}", g) for k, g in res["by_lang"].items()]
         for kind, g in groups:
             gt = "n/a" if g["order_tau"] is None else f"{g['order_tau']:.3f}"

@@ -91,3 +91,73 @@ def test_markdown_and_html_rendering():
     assert "<th>&lt;x&gt;</th>" in html and '<td colspan="2">wide</td>' in html
     assert html.count("<tr>") == 3 and "<td>from line</td>" in html
     assert table_to_markdown(Table(0, 0)) == ""
+
+
+def test_a_ruled_row_rule_broken_into_pieces_still_splits_the_rows():
+    """A rule faded in places (blur, low contrast, JPEG) comes out of the binarised page as
+    collinear pieces, none half the grid's width; together they are one rule (seed 100 of
+    ``synth --kind tables``: two rows read as one, every cell below shifted)."""
+    from ocrforge.layout.tables import find_ruled_grids
+
+    img = np.full((300, 720, 3), 255, np.uint8)
+    x0, x1, ys, xs = 20, 700, [20, 60, 100, 140, 180, 220], [20, 190, 360, 530, 700]
+    for k, y in enumerate(ys):
+        if k == 3:  # three pieces 8 px apart, stepping down one pixel each (a slight skew)
+            for j, (a, b) in enumerate([(x0, 240), (248, 470), (478, x1)]):
+                cv2.line(img, (a, y + j), (b, y + j), (0, 0, 0), 1)
+        else:
+            cv2.line(img, (x0, y), (x1, y), (0, 0, 0), 1)
+    for x in xs:
+        cv2.line(img, (x, ys[0]), (x, ys[-1]), (0, 0, 0), 1)
+    (grid,) = find_ruled_grids(img, 0.0, 16.0)
+    assert len(grid.ys) == len(ys) and len(grid.xs) == len(xs), (grid.ys, grid.xs)
+
+
+def test_an_unruled_header_row_with_one_cell_found_stays_in_its_table():
+    """When detection finds only one cell of an unruled table's header (faint bold text), that
+    row is no table row by itself; it still heads the table: directly above it at the rows'
+    pitch, its text inside one column (seed 100 of ``synth --kind tables``: the header fell into
+    the paragraph above and every row moved up one)."""
+    page, image, rec = _synth_tables(20, False)
+    ref = rec["tables"][0]
+    header = [c["text"] for c in ref["cells"] if c["row"] == 0]
+    page.lines = [ln for ln in page.lines if ln.text not in header[1:]]
+    analyze(page)
+    t = _found_tables(page)[0]
+    assert (t.rows, t.cols) == (ref["rows"], ref["cols"])
+    hit, n_ref, _ = cell_f1([(c["row"], c["col"], c["text"]) for c in ref["cells"]],
+                            [(c.row, c.col, c.text) for c in t.cells])
+    assert hit == n_ref - (len(header) - 1)
+
+
+def test_a_heading_in_large_type_is_no_ruled_table():
+    """The strokes of large letters line up like the pieces of a broken rule; a newspaper's
+    section title (white type on a grey box, the dev set's newspaper) must not become a grid."""
+    from ocrforge.layout.tables import find_ruled_grids
+
+    img = Image.new("RGB", (300, 60), "white")
+    d = ImageDraw.Draw(img)
+    d.rectangle([50, 4, 240, 44], fill=(128, 128, 128))
+    d.text((58, 2), "EE EE EE", font=ImageFont.truetype(font_path(), 34), fill="white")
+    image = cv2.cvtColor(np.asarray(img), cv2.COLOR_RGB2BGR)
+    assert find_ruled_grids(image, 0.0, 10.0) == []
+
+
+def test_a_sidebar_item_above_a_table_of_sidebar_and_pane_is_no_header():
+    """A screenshot's side menu (items at one pitch) beside buttons in the pane can line up as
+    a table; the menu item above it continues the menu, it is no header (the line above it sits
+    at the same pitch), so the table does not grow upwards."""
+    lines = []
+
+    def add(text: str, x: float, y: float, w: float) -> None:
+        lines.append(Line(text, [[x, y], [x + w, y], [x + w, y + 16], [x, y + 16]], 1.0))
+
+    for k in range(12):
+        add(f"Menu{k}", 10, 20 + 30 * k, 60)
+    for k in range(4):
+        add(f"Save{k}", 200, 200 + 30 * k, 50)
+        add(f"Open{k}", 330, 200 + 30 * k, 50)
+    page = Page(lines, 600, 420)
+    analyze(page)
+    tops = [b.bbox[1] for b in page.blocks if b.table is not None]
+    assert tops and min(tops) >= 195, tops

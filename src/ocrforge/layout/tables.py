@@ -48,6 +48,10 @@ class Grid:
 
 
 # ------------------------------------------------------------------------------------ ruled
+# a piece of a broken rule counts towards the rule when at least this many line heights long
+RULE_PIECE = 6.0
+
+
 def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> list[Grid]:
     """Grids of drawn rules on the page image (BGR or grey), in the frame turned by ``angle``."""
     gray = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
@@ -76,8 +80,10 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
         if w < 4 * hs or hh < 1.5 * hs:
             continue
         region = labels[y : y + hh, x : x + w] == k
-        ys = _rules(horiz[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=0, need=0.5 * w, merge=0.4 * hs)
-        xs = _rules(vert[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=1, need=0.5 * hh, merge=0.4 * hs)
+        ys = _rules(horiz[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=0, need=0.5 * w,
+                    merge=0.4 * hs, piece=RULE_PIECE * hs)
+        xs = _rules(vert[y : y + hh, x : x + w] & region.astype(np.uint8) * 255, axis=1, need=0.5 * hh,
+                    merge=0.4 * hs, piece=RULE_PIECE * hs)
         if len(ys) < 3 or len(xs) < 3:
             continue
         # back to page pixels of the deskewed frame
@@ -86,20 +92,35 @@ def find_ruled_grids(image: np.ndarray, angle: float, line_height: float) -> lis
     return grids
 
 
-def _rules(mask: np.ndarray, axis: int, need: float, merge: float) -> list[float]:
-    """Positions of the rules in a mask: connected pieces at least ``need`` long, horizontal
-    (axis 0: their mean y) or vertical (axis 1: their mean x); positions closer than ``merge``
-    are one rule."""
+def _rules(mask: np.ndarray, axis: int, need: float, merge: float, piece: float = 0.0) -> list[float]:
+    """Positions of the rules in a mask, horizontal (axis 0: their mean y) or vertical (axis 1:
+    their mean x). Pieces whose positions are closer than ``merge`` are one rule, kept when the
+    pieces together cover at least ``need`` along it: a rule faded in places by blur, low
+    contrast or JPEG comes out of the binarised page as collinear pieces, none long enough.
+    Only pieces at least ``piece`` long (or ``need``) count: the strokes of large type in a
+    heading line up too, each far shorter."""
     n, _, stats, centroids = cv2.connectedComponentsWithStats(mask)
+    start = stats[1:, cv2.CC_STAT_LEFT if axis == 0 else cv2.CC_STAT_TOP]
     length = stats[1:, cv2.CC_STAT_WIDTH if axis == 0 else cv2.CC_STAT_HEIGHT]
-    pos = sorted(float(c[1 - axis]) for c, ln in zip(centroids[1:], length, strict=True) if ln >= need)
-    out: list[list[float]] = []
-    for p in pos:
-        if out and p - out[-1][-1] < merge:
-            out[-1].append(p)
+    pieces = sorted((float(c[1 - axis]), int(a), int(a + ln))
+                    for c, a, ln in zip(centroids[1:], start, length, strict=True)
+                    if ln >= min(need, piece or need))
+    groups: list[list[tuple[float, int, int]]] = []
+    for item in pieces:
+        if groups and item[0] - groups[-1][-1][0] < merge:
+            groups[-1].append(item)
         else:
-            out.append([p])
-    return [float(np.mean(g)) for g in out]
+            groups.append([item])
+    return [float(np.mean([p for p, _, _ in g])) for g in groups if _covered(g) >= need]
+
+
+def _covered(pieces: list[tuple[float, int, int]]) -> int:
+    """Length of the union of the pieces' extents [a, b)."""
+    total, end = 0, -1
+    for _, a, b in sorted(pieces, key=lambda p: p[1]):
+        total += max(0, b - max(a, end))
+        end = max(end, b)
+    return total
 
 
 def _turn(img: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
@@ -125,13 +146,17 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
     h = line_height
     grids: list[Grid] = []
     run: list[list[int]] = []
+    above: list[int] = []  # the row just above the run, when that is no table row
 
     def close() -> None:
         if len(run) >= 3:
             g = _grid_of(boxes, run, h)
+            if g is not None and above and _heads(boxes, g, above, run, h):
+                g = _grid_of(boxes, [above, *run], h) or g
             if g is not None:
                 grids.append(g)
 
+    prev: list[int] = []
     for row in group_rows(boxes, ids):
         # a line of running text beside a table (a sidebar's table next to the main column) is
         # no cell: leave long lines out
@@ -140,12 +165,47 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
         widths = sorted(float(boxes[p, 2].max() - boxes[p, 0].min()) for p in pieces)
         tablelike = len(pieces) >= 2 and widths[1] < 8 * h
         if tablelike and (not run or _same_table(boxes, run, row, h)):
+            if not run:
+                above = prev
             run.append(row)
+            prev = row
             continue
         close()
-        run = [row] if tablelike else []
+        run, above = ([row], []) if tablelike else ([], [])
+        prev = row
     close()
     return grids
+
+
+HEAD_CLEAR = 1.4  # a header has no line this many row pitches above it in its column
+
+
+def _heads(boxes: np.ndarray, grid: Grid, row: list[int], run: list[list[int]], h: float) -> bool:
+    """Whether ``row``, no table row by itself, is the header of the table ``grid`` made of
+    ``run`` whose other header cells were not detected (faint bold text): its top lies above the
+    first row's by the rows' pitch (within a quarter of it) and each of its lines sits inside one
+    column, starting where that column's text starts (a caption or a paragraph line above is set
+    further apart, or wider; a sidebar's lines beside a table keep a pitch of their own). A line
+    above it in the same column within ``HEAD_CLEAR`` pitches makes it one of a side menu's
+    items lined up beside the table (their pitch varies), not a header: a header is the top of
+    its column."""
+    tops = [float(boxes[r, 1].min()) for r in run]
+    pitch = float(np.median(np.diff(tops)))
+    gap = float(boxes[run[0], 1].min() - boxes[row, 3].max())
+    if gap <= -0.25 * h or abs(tops[0] - float(boxes[row, 1].min()) - pitch) > 0.25 * pitch:
+        return False
+    for i in row:
+        k = int(np.searchsorted(grid.xs, (boxes[i, 0] + boxes[i, 2]) * 0.5)) - 1
+        if not 0 <= k < grid.cols or boxes[i, 0] < grid.xs[k] or boxes[i, 2] > grid.xs[k + 1]:
+            return False
+        starts = [float(boxes[j, 0]) for r in run for j in r if grid.xs[k] <= boxes[j, 0] < grid.xs[k + 1]]
+        if not starts or abs(boxes[i, 0] - min(starts)) > 0.5 * h:
+            return False
+        over = (boxes[:, 2] > grid.xs[k]) & (boxes[:, 0] < grid.xs[k + 1]) \
+            & (boxes[:, 1] < boxes[i, 1]) & (boxes[i, 1] - boxes[:, 1] <= HEAD_CLEAR * pitch)
+        if over.any():
+            return False
+    return True
 
 
 def _pieces(boxes: np.ndarray, row: list[int], h: float) -> list[list[int]]:
