@@ -178,8 +178,8 @@ class GpuConfig(_Section):
     orient_batch: int = Field(32, ge=1)  # pages per page-orientation call on the device
     # engine processes behind read_many on one GPU, each with its own driver thread and CUDA
     # graphs, over one shared page queue (scheduling/engine_process.py): one driver thread's
-    # Python bounds a process well below what the GPU does. None: from the GPU's free memory
-    # and the CPUs (1 on a small card); 1: in this process
+    # Python bounds a process well below what the GPU does. None: 1 (in this process) until
+    # several measure faster (3 read 49 real pages/s against 69 for 1 on the H200, 2026-12-04)
     processes: int | None = Field(None, ge=1)
 
 

@@ -190,9 +190,9 @@ class OCR:
         use and kept), or None where this process's own scheduler is best."""
         from ocrforge.scheduling import engine_process as ep
 
-        n = self.config.gpu.processes
-        if n is None:
-            n = ep.auto_gpu_processes(_usable_cpus(), _gpu_free_bytes(self.config.runtime.device))
+        # None means 1 for now: 3 processes read 49 pages/s against 69 in one on the H200
+        # (2026-12-04, docs/BENCHMARKS.md); ep.auto_gpu_processes is the rule once they win
+        n = self.config.gpu.processes or 1
         if n <= 1:  # (a child engine's config says 1)
             return None
         with self._gpu_lock:
@@ -271,14 +271,6 @@ def _usable_cpus() -> int:
     from ocrforge.scheduling.processes import usable_cpus
 
     return usable_cpus()
-
-
-def _gpu_free_bytes(device: str) -> int:
-    import torch
-
-    dev = torch.device(device)
-    free, _ = torch.cuda.mem_get_info(dev.index if dev.index is not None else torch.cuda.current_device())
-    return int(free)
 
 
 def read(item: Any, **overrides: Any) -> Page:
