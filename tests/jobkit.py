@@ -63,3 +63,21 @@ def done_records(out: Path) -> Counter:
 
 def temp_files(out: Path) -> list[Path]:
     return [p for p in out.rglob("*") if p.name.endswith(".ocrforge-tmp")]
+
+
+def mixed_inputs(d: Path, images: int, pdf_pages: int, *, pdf_at: int, bad_at: int,
+                 words: tuple[str, str] = ("device page", "no.")) -> list[str]:
+    """One-page PNGs of two lines each, a ``pdf_pages``-page PDF inserted at ``pdf_at`` and a
+    corrupt PNG at ``bad_at`` (positions among the PNGs): many small inputs of every kind."""
+    paths = []
+    for i in range(images):
+        p = d / f"p{i:02d}.png"
+        render_lines([f"{words[0]} {i}", f"{words[1]} {i * 31 % 97}"], size=18, margin=8).image.save(p)
+        paths.append(str(p))
+    pages = [render_lines([f"pdf page {k + 1}", f"{k * 7} 号"], size=18, margin=8).image
+             for k in range(pdf_pages)]
+    pdf = d / "doc.pdf"
+    pages[0].save(pdf, save_all=True, append_images=pages[1:], resolution=72)
+    bad = d / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    return paths[:pdf_at] + [str(pdf)] + paths[pdf_at:bad_at] + [str(bad)] + paths[bad_at:]

@@ -10,8 +10,7 @@ import os
 import signal
 
 import pytest
-from conftest import render_lines
-from jobkit import ENGINE_KW
+from jobkit import ENGINE_KW, mixed_inputs
 
 from ocrforge.config import EngineConfig
 from ocrforge.engine import OCR
@@ -24,19 +23,8 @@ GiB = 2**30
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """16 one-page PNGs, a 6-page PDF in the middle and a corrupt file: 23 results."""
-    d = tmp_path_factory.mktemp("engproc")
-    paths = []
-    for i in range(16):
-        p = d / f"p{i:02d}.png"
-        render_lines([f"process page {i}", f"code {i * 53 % 997}"], size=18, margin=8).image.save(p)
-        paths.append(str(p))
-    pages = [render_lines([f"pdf page {k + 1}", f"{k * 11} 页"], size=18, margin=8).image
-             for k in range(6)]
-    pdf = d / "doc.pdf"
-    pages[0].save(pdf, save_all=True, append_images=pages[1:], resolution=72)
-    bad = d / "broken.png"
-    bad.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    return paths[:5] + [str(pdf)] + paths[5:11] + [str(bad)] + paths[11:]
+    return mixed_inputs(tmp_path_factory.mktemp("engproc"), 16, 6, pdf_at=5, bad_at=11,
+                        words=("process page", "code"))
 
 
 @pytest.fixture(scope="module")

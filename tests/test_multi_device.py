@@ -8,8 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import render_lines
-from jobkit import ENGINE_ARGS, ENGINE_KW
+from jobkit import ENGINE_ARGS, ENGINE_KW, mixed_inputs
 
 from ocrforge.cli import main
 from ocrforge.config import EngineConfig
@@ -21,19 +20,7 @@ N_IMAGES = 20
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """20 one-page PNGs, a 5-page PDF in the middle and a corrupt file: 26 results."""
-    d = tmp_path_factory.mktemp("multi")
-    paths = []
-    for i in range(N_IMAGES):
-        p = d / f"p{i:02d}.png"
-        render_lines([f"device page {i}", f"no. {i * 31 % 97}"], size=18, margin=8).image.save(p)
-        paths.append(str(p))
-    pages = [render_lines([f"pdf page {k + 1}", f"{k * 7} 号"], size=18, margin=8).image
-             for k in range(5)]
-    pdf = d / "doc.pdf"
-    pages[0].save(pdf, save_all=True, append_images=pages[1:], resolution=72)
-    bad = d / "broken.png"
-    bad.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    return paths[:8] + [str(pdf)] + paths[8:14] + [str(bad)] + paths[14:]
+    return mixed_inputs(tmp_path_factory.mktemp("multi"), N_IMAGES, 5, pdf_at=8, bad_at=14)
 
 
 @pytest.fixture(scope="module")
