@@ -331,3 +331,29 @@ def test_gpu_scheduler_decides_an_unsure_page_like_the_runner(torch_cpu_engine):
     got = list(sch.run([page]))[0]
     assert got.rotation == ref.rotation == 180 and sch.stats.pages_turned == 1
     assert [ln.text.replace(" ", "") for ln in got.lines] == [ln.text.replace(" ", "") for ln in ref.lines]
+
+
+def test_gpu_scheduler_rec_oom_retry_reads_the_same(torch_cpu_engine):
+    """A CUDA out-of-memory error in recognition halves the batch size and retries both halves:
+    each half must fit the (now smaller) batch shape and read the same. Seen on the H200
+    (2026-12-04, two engine processes): a half of 3 lines was copied into a batch of 2."""
+    gs = _scheduler(torch_cpu_engine)
+    wb, h = 320, gs.runner.rec_prep.height
+    crops = torch.rand((5, 3, h, wb), generator=torch.Generator().manual_seed(3)) * 2 - 1
+    chunk = [(None, i, crops, i, wb) for i in range(5)]
+    gs.rec_batch = 8
+    ref = gs.rec_chunk(chunk, wb)
+    real = gs.rec.forward
+    calls = {"oom": 0}
+
+    def forward(x):
+        if x.shape[0] > 2 and calls["oom"] < 2:  # the first two large batches run out of memory
+            calls["oom"] += 1
+            raise torch.OutOfMemoryError("simulated")
+        return real(x)
+
+    gs.rec.forward = forward
+    parts = gs.with_oom_retry("rec", gs.rec_chunk, chunk, wb)
+    assert calls["oom"] == 2 and gs.stats.oom_retries == 2
+    assert sum(len(p[0]) for p in parts) == 5
+    assert np.array_equal(torch.cat([p[2] for p in parts]).numpy(), ref[2].numpy())

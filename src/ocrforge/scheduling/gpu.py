@@ -307,7 +307,8 @@ class GpuScheduler:
         space probabilities per step or None, event), copies on their way to the host."""
         n = len(chunk)
         small = self.rec_small()
-        npad = small if n <= small else self.rec_batch_for(wb)
+        # max(): after an out-of-memory split the batch size shrinks, and a half may be larger
+        npad = small if n <= small else max(n, self.rec_batch_for(wb))
         x = torch.zeros((npad, 3, self.runner.rec_prep.height, wb), device=self.dev,
                         dtype=self.rec.dtype)
         i = 0
