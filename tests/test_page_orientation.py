@@ -101,8 +101,8 @@ def test_page_with_an_unsure_centre_crop_is_turned(oriented, unsure_page):
 def test_an_upright_page_the_classifier_calls_180_both_ways_is_kept(oriented):
     """The centre crop says 180 (0.813), but turned by 180 degrees, i.e. as the page would be
     read after the turn, it says 180 again (0.741, 0: 0.194): the two views contradict each
-    other, so the page is kept as given. Before, it was turned upside down and its 8 tables
-    read as garbage (seed 4712)."""
+    other, and only one end crop is sure of 180 (0.894, the other 0.500), so the page is kept
+    as given. Before, it was turned upside down and its 8 tables read as garbage (seed 4712)."""
     page = cv2.imread(str(SELF_CONTRADICTING_PAGE))
     runner = oriented.runner
     rt = runner.page_orientation_runtime()
@@ -117,9 +117,16 @@ def test_a_180_turn_stands_only_when_the_turned_centre_crop_says_upright():
     assert angles == [180, 180, 90]
     assert po.pages_to_confirm(angles) == [0, 1]
     back = np.array([[0.19, 0.04, 0.74, 0.03], [0.6, 0.05, 0.3, 0.05]])  # the crops turned 180
-    assert po.confirm(angles, back) == [0, 180, 90]
+    assert po.confirm(angles, back, 0.7) == [0, 180, 90]
     every = np.concatenate([back, np.full((1, 4), 0.25)])  # turned crops of every page: the same
-    assert po.confirm(angles, every) == [0, 180, 90]
+    assert po.confirm(angles, every, 0.7) == [0, 180, 90]
+    # where the turned centre crop says 180 again, both end crops must be sure of 180
+    ends = np.array([[0.06, 0.02, 0.89, 0.03], [0.39, 0.06, 0.5, 0.05],  # page 0: one end unsure
+                     [0.1, 0.1, 0.7, 0.1], [0.1, 0.1, 0.7, 0.1]])
+    assert po.confirm(angles, back, 0.7, ends) == [0, 180, 90]
+    sure = np.array([[0.05, 0.03, 0.9, 0.02], [0.03, 0.03, 0.92, 0.02], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    assert po.confirm(angles, back, 0.7, sure[:4]) == [180, 180, 90]
+    assert po.confirm(angles, back, 0.7, np.concatenate([sure, np.full((2, 4), 0.25)])) == [180, 180, 90]
     x = po.prepare([np.arange(300 * 400 * 3, dtype=np.uint8).reshape(300, 400, 3)])
     assert np.array_equal(po.turned_180(x)[0], x[0, :, ::-1, ::-1])
 
