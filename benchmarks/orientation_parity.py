@@ -49,18 +49,26 @@ def main() -> None:
                 continue
             # the host runs the end crops only for an unsure centre (PageRunner.upright_pages),
             # the device always runs all three (GpuScheduler.run_orient)
-            p_host = ort.run(po.prepare([img]))
+            # (and the centre crop turned 180 only for a page decided 180; the device always)
+            xh = po.prepare([img])
+            p_host = ort.run(xh)
             ends = ort.run(po.prepare([img], po.ENDS)) if po.unsure(p_host, po.THRESH) else None
+            a_host = po.decide(p_host, po.THRESH, ends)
+            back = ort.run(po.turned_180(xh)) if po.pages_to_confirm(a_host) else None
+            if back is not None:
+                ends = ort.run(po.prepare([img], po.ENDS))
+                a_host = po.confirm(a_host, back, po.THRESH, ends)
+            a_host = a_host[0]
             with torch.inference_mode():
                 x = po.prepare_torch(torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1),
                                      po.CENTRE + po.ENDS)
+                x = torch.cat([x, x[:1].flip((-2, -1))])
                 p_dev = net(x).numpy()
-            a_host = po.decide(p_host, po.THRESH, ends)[0]
-            a_dev = po.decide(p_dev[:1], po.THRESH, p_dev[1:])[0]
-            if ends is not None:
-                p_host = np.concatenate([p_host, ends])
-            else:
-                p_dev = p_dev[:1]
+            a_dev = po.confirm(po.decide(p_dev[:1], po.THRESH, p_dev[1:3]), p_dev[3:], po.THRESH, p_dev[1:3])[0]
+            keep = [0] + ([1, 2] if ends is not None else []) + ([3] if back is not None else [])
+            p_host = np.concatenate([p_host] + ([ends] if ends is not None else [])
+                                    + ([back] if back is not None else []))
+            p_dev = p_dev[keep]
             res["pages"] += 1
             res["agree"] += a_host == a_dev
             res["host_right"] += a_host == angle

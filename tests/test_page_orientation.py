@@ -39,6 +39,12 @@ def oriented(engine) -> OCR:
 UNSURE_PAGE = Path(__file__).parent / "data" / "orientation" / "synth_77_00017.jpg"
 
 
+# page 6 of ``ocrforge synth DIR --pages 20 --seed 4712 --kind tables`` (fonts as in
+# docs/ACCURACY.md): an upright page of small low-contrast tables (JPEG 74) whose centre crop
+# says 180 degrees with 0.813, and whose centre crop turned by 180 degrees says 180 again (0.741)
+SELF_CONTRADICTING_PAGE = Path(__file__).parent / "data" / "orientation" / "synth_4712_00006.jpg"
+
+
 @pytest.fixture(scope="module")
 def unsure_page() -> np.ndarray:
     """A generated table page turned 180 degrees whose centre crop alone is unsure (it holds
@@ -90,6 +96,54 @@ def test_page_with_an_unsure_centre_crop_is_turned(oriented, unsure_page):
     assert po.unsure(rt.run(po.prepare([unsure_page])), po.THRESH) == [0], "the case the ends are for"
     upright = np.ascontiguousarray(cv2.rotate(unsure_page, cv2.ROTATE_180))
     assert runner.upright_pages([PageImage("t", 0, upright)])[0].rotation == 0
+
+
+def test_an_upright_page_the_classifier_calls_180_both_ways_is_kept(oriented):
+    """The centre crop says 180 (0.813), but turned by 180 degrees, i.e. as the page would be
+    read after the turn, it says 180 again (0.741, 0: 0.194): the two views contradict each
+    other, and only one end crop is sure of 180 (0.894, the other 0.500), so the page is kept
+    as given. Before, it was turned upside down and its 8 tables read as garbage (seed 4712)."""
+    page = cv2.imread(str(SELF_CONTRADICTING_PAGE))
+    runner = oriented.runner
+    rt = runner.page_orientation_runtime()
+    x = po.prepare([page])
+    assert po.decide(rt.run(x), po.THRESH) == [180], "the centre crop alone turns it"
+    assert runner.upright_pages([PageImage("t", 0, page)])[0].rotation == 0
+
+
+def test_a_180_turn_stands_only_when_the_turned_centre_crop_says_upright():
+    centre = np.array([[0.12, 0.03, 0.81, 0.04], [0.05, 0.05, 0.85, 0.05], [0.05, 0.85, 0.05, 0.05]])
+    angles = po.decide(centre, 0.7)
+    assert angles == [180, 180, 90]
+    assert po.pages_to_confirm(angles) == [0, 1]
+    back = np.array([[0.19, 0.04, 0.74, 0.03], [0.6, 0.05, 0.3, 0.05]])  # the crops turned 180
+    assert po.confirm(angles, back, 0.7) == [0, 180, 90]
+    every = np.concatenate([back, np.full((1, 4), 0.25)])  # turned crops of every page: the same
+    assert po.confirm(angles, every, 0.7) == [0, 180, 90]
+    # where the turned centre crop says 180 again, both end crops must be sure of 180
+    ends = np.array([[0.06, 0.02, 0.89, 0.03], [0.39, 0.06, 0.5, 0.05],  # page 0: one end unsure
+                     [0.1, 0.1, 0.7, 0.1], [0.1, 0.1, 0.7, 0.1]])
+    assert po.confirm(angles, back, 0.7, ends) == [0, 180, 90]
+    sure = np.array([[0.05, 0.03, 0.9, 0.02], [0.03, 0.03, 0.92, 0.02], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    assert po.confirm(angles, back, 0.7, sure[:4]) == [180, 180, 90]
+    assert po.confirm(angles, back, 0.7, np.concatenate([sure, np.full((2, 4), 0.25)])) == [180, 180, 90]
+    x = po.prepare([np.arange(300 * 400 * 3, dtype=np.uint8).reshape(300, 400, 3)])
+    assert np.array_equal(po.turned_180(x)[0], x[0, :, ::-1, ::-1])
+
+
+def test_probabilities_in_half_precision_are_not_softmaxed_again():
+    """Rows of probabilities rounded to fp16 or bf16 do not sum to exactly 1; they are still
+    probabilities (a softmax of probabilities flattens every page to 'unsure'), row by row."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, (2000, 4)).astype(np.float32)
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    want = po.decide(p, 0.7)
+    assert 0 < sum(a != 0 for a in want) < len(want)
+    assert po.decide(p.astype(np.float16), 0.7) == want
+    bf16 = (p.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # rounded to bfloat16
+    assert np.abs(bf16.sum(axis=1) - 1).max() > 1e-3
+    far = np.abs(p.max(axis=1) - 0.7) > 0.01  # rounding may move a page right at the threshold
+    assert np.array(po.decide(bf16, 0.7))[far].tolist() == np.array(want)[far].tolist()
 
 
 def test_decide_on_three_crops_only_when_the_centre_is_unsure():

@@ -357,3 +357,19 @@ def test_gpu_scheduler_rec_oom_retry_reads_the_same(torch_cpu_engine):
     assert calls["oom"] == 2 and gs.stats.oom_retries == 2
     assert sum(len(p[0]) for p in parts) == 5
     assert np.array_equal(torch.cat([p[2] for p in parts]).numpy(), ref[2].numpy())
+
+
+def test_gpu_scheduler_keeps_a_self_contradicting_page_like_the_runner(torch_cpu_engine):
+    """An upright page whose centre crop says 180 degrees, and says 180 again when turned by
+    180 (a generated table page, synth --seed 4712 --kind tables, page 6), is kept as given on
+    the device as on the host."""
+    import cv2
+
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    data = Path(__file__).parent / "data" / "orientation" / "synth_4712_00006.jpg"
+    page = cv2.imread(str(data))
+    sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+    got = list(sch.run([page]))[0]
+    assert got.rotation == 0 and sch.stats.pages_turned == 0
+    assert torch_cpu_engine.read(page).rotation == 0

@@ -95,7 +95,9 @@ class PageRunner:
 
     def upright_pages(self, pages: list[PageImage]) -> list[PageImage]:
         """Pages turned upright when ``cls.page_orientation`` is on and the classifier is sure
-        (of the centre crop, or of three crops when the centre alone is unsure); a turned page
+        (of the centre crop, or of three crops when the centre alone is unsure; a 180 turn also
+        needs the centre crop turned by 180 to say upright or both end crops to be sure of it,
+        ``page_orientation.confirm``); a turned page
         records the angle (``rotation``) and from here on is the upright image."""
         cfg = self.config.cls
         todo = [i for i, p in enumerate(pages) if page_orientation.applies(*p.image.shape[:2])]
@@ -105,11 +107,18 @@ class PageRunner:
         if rt is None:
             return pages
         po = page_orientation
-        probs = rt.run(po.prepare([pages[i].image for i in todo]))
+        x = po.prepare([pages[i].image for i in todo])
+        probs = rt.run(x)
         unsure = po.unsure(probs, po.THRESH)
         ends = rt.run(po.prepare([pages[todo[k]].image for k in unsure], po.ENDS)) if unsure else None
+        angles = po.decide(probs, po.THRESH, ends)
+        check = po.pages_to_confirm(angles)
+        if check:  # a 180 turn: the centre crop turned by 180, and the end crops (one call)
+            y = rt.run(np.concatenate([po.turned_180(x[check]),
+                                       po.prepare([pages[todo[k]].image for k in check], po.ENDS)]))
+            angles = po.confirm(angles, y[: len(check)], po.THRESH, y[len(check) :])
         out = list(pages)
-        for i, angle in zip(todo, po.decide(probs, po.THRESH, ends), strict=True):
+        for i, angle in zip(todo, angles, strict=True):
             if angle:
                 p = pages[i]
                 out[i] = replace(p, image=po.upright(p.image, angle), rotation=angle)

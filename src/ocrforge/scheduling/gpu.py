@@ -5,9 +5,10 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
                  plain JPEGs go to the GPU thread as bytes (batched nvJPEG decode there)
     orient       whole-page 0/90/180/270 on the device: pages of a batch resized into
                  224 x 224 crops (page_orientation.prepare_torch: the centre and both ends of
-                 every page, so an unsure centre needs no second launch), the native
-                 classifier, the probabilities read back asynchronously and decided as on
-                 the host (page_orientation.decide), turned pages rotated on the device
+                 every page, so an unsure centre needs no second launch, and the centre
+                 turned by 180 for page_orientation.confirm), the native classifier, the
+                 probabilities read back asynchronously and decided as on the host
+                 (page_orientation.decide, confirm), turned pages rotated on the device
     detect       pages resized + normalised into a fixed set of page buckets (DetPreprocessor.
                  prepare_torch), DB network (CUDA graph per bucket), binarised on the device
     boxes        contours, box scores, unclip: CPU worker threads / processes
@@ -203,7 +204,7 @@ class GpuScheduler:
                 self.rec.warmup([(n, 3, h, wb) for n in sorted({self.rec_small(), self.rec_batch_for(wb)})])
             ori = self.orient_runtime()
             if ori is not None:
-                per = 1 + len(po.ENDS)
+                per = 1 + len(po.ENDS) + 1  # centre, ends, centre turned 180
                 ori.warmup([(n * per, 3, po.SIZE, po.SIZE) for n in _pow2_upto(self.orient_batch)])
         self.stats.warmup_s = time.perf_counter() - t0
         return self.stats.warmup_s
@@ -277,15 +278,17 @@ class GpuScheduler:
             p.error = f"cannot read ({type(e).__name__}: {e})"
 
     def run_orient(self, pages: list[GpuPage]) -> tuple:
-        """Page orientation probabilities of these pages, pages x crops (centre, then the
-        ends) x angles (async copy to the host + event)."""
+        """Page orientation probabilities of these pages, pages x crops (centre, the ends, the
+        centre turned by 180) x angles (async copy to the host + event)."""
         n = 1 << (len(pages) - 1).bit_length()  # power-of-two batches: few graph shapes
         crops = po.CENTRE + po.ENDS
         rt = self.orient_runtime()
-        x = torch.zeros((n, len(crops), 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
+        # the crops, then the centre crop turned by 180 (po.confirm), all in one launch
+        x = torch.zeros((n, len(crops) + 1, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
         for k, p in enumerate(pages):
-            x[k] = po.prepare_torch(p.img, crops)
-        probs = rt.forward(x.flatten(0, 1)).unflatten(0, (n, len(crops)))
+            x[k, : len(crops)] = po.prepare_torch(p.img, crops)
+        x[:, len(crops)] = x[:, 0].flip((-2, -1))
+        probs = rt.forward(x.flatten(0, 1)).unflatten(0, (n, len(crops) + 1))
         return self.to_host(probs[: len(pages)].float())
 
     def run_det(self, pages: list[GpuPage], hb: int, wb: int) -> tuple:

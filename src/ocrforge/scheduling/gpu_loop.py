@@ -166,7 +166,10 @@ class DriverLoop:
             if ev is not None:
                 ev.synchronize()
             pr = probs.numpy()
-            for p, angle in zip(pages, po.decide(pr[:, 0], po.THRESH, pr[:, 1:]), strict=True):
+            ne = len(po.ENDS)
+            ends = pr[:, 1 : 1 + ne]
+            angles = po.confirm(po.decide(pr[:, 0], po.THRESH, ends), pr[:, 1 + ne], po.THRESH, ends)
+            for p, angle in zip(pages, angles, strict=True):
                 if angle:
                     p.img = po.upright_torch(p.img, angle)
                     p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])
