@@ -105,7 +105,7 @@ class RuntimeConfig(_Section):
     providers: list[str] = Field(default_factory=lambda: ["cpu"])
     # backend openvino: "auto" = OpenVINO's choice for this CPU (BF16 where the CPU has it)
     openvino_precision: Literal["auto", "f32", "bf16"] = "auto"
-    intra_op_threads: int = Field(0, ge=0)  # 0 = ONNX Runtime default (physical cores)
+    intra_op_threads: int = Field(0, ge=0)  # 0 = physical cores in this process's CPU set
     inter_op_threads: int = Field(0, ge=0)
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     execution_mode: Literal["sequential", "parallel"] = "sequential"

@@ -250,7 +250,6 @@ def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
     spread over ``devices`` ("cuda:0", "cuda:1"; "cpu" twice splits the cores) by a shared
     queue, come back in input order, and a device that fails has its pages read by the others.
     """
-    import os
 
     from ocrforge.scheduling.multi_device import DevicePool
 
@@ -262,7 +261,7 @@ def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
     for d in devices:
         c = cfg.with_(device=d)
         if d == "cpu" and on_cpu > 1 and c.runtime.intra_op_threads == 0:
-            c = c.with_(intra_op_threads=max(1, (os.cpu_count() or 1) // on_cpu))
+            c = c.with_(intra_op_threads=max(1, _usable_cpus() // on_cpu))
         engines.append(OCR(c))
     return DevicePool(engines)
 

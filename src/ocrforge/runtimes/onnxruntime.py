@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ocrforge.config import RuntimeConfig
+from ocrforge.runtimes.cpu_budget import default_threads
 
 if os.environ.get("ORT_DISABLE_TELEMETRY", "1") != "0":  # ocrforge/__init__.py sets it
     ort.disable_telemetry_events()  # for when onnxruntime was imported before ocrforge
@@ -53,7 +54,8 @@ def provider_names(names: list[str]) -> list[str]:
 
 def session_options(cfg: RuntimeConfig) -> ort.SessionOptions:
     so = ort.SessionOptions()
-    so.intra_op_num_threads = cfg.intra_op_threads
+    # never 0: ONNX Runtime's own count pins threads outside this process's CPU set
+    so.intra_op_num_threads = cfg.intra_op_threads or default_threads()
     so.inter_op_num_threads = cfg.inter_op_threads
     so.graph_optimization_level = _OPT_LEVELS[cfg.graph_optimization]
     so.execution_mode = (

@@ -37,10 +37,9 @@ SLICE_PAGES = (2, 16)  # pages per slice of a shared-out PDF: at least, at most
 
 
 def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    from ocrforge.runtimes.cpu_budget import usable_cpus as cpus
+
+    return cpus()
 
 
 def auto_processes(cpus: int, threads: int, available: int | None = None) -> int:

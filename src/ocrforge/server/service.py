@@ -4,7 +4,6 @@ batcher; the measured warm-up speed seeds admission's engine seconds per work un
 from __future__ import annotations
 
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from fastapi import Request
 
 from ocrforge.io.inputs import PageImage
+from ocrforge.runtimes.cpu_budget import usable_cpus
 from ocrforge.server.admission import Admission, ByteBudget, page_units
 from ocrforge.server.batcher import Batcher, run_engine
 from ocrforge.server.metrics import Metrics
@@ -62,7 +62,7 @@ def _open_engine(s: ServerSettings, dev: str, n_devices: int) -> tuple[Any, Any]
 
     cfg = s.engine.with_(device=dev, max_pixels=s.max_pixels, max_pdf_pages=s.max_pdf_pages)
     if dev == "cpu" and cfg.runtime.intra_op_threads == 0 and n_devices > 1:
-        cfg = cfg.with_(intra_op_threads=max(1, (os.cpu_count() or 1) // n_devices))
+        cfg = cfg.with_(intra_op_threads=max(1, usable_cpus() // n_devices))
     eng = OCR(cfg)
     cls_rt = None
     try:

