@@ -4,6 +4,7 @@ CPUs and the memory."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cv2
@@ -116,3 +117,27 @@ def test_a_long_pdf_is_shared_out_in_slices_and_reads_as_one_process_does(long_p
             many.close()
         assert got == ref
     assert [r[1] for r in ref[:-1]] == [0, 2, 3, 4] and ref[-1][3]
+
+
+def _thread_cpus(pid: int) -> set[str]:
+    out = set()
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        for row in status.read_text().splitlines():
+            if row.startswith("Cpus_allowed_list"):
+                out.add(row.split(":")[1].strip())
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir() or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and 2 CPUs")
+def test_engine_processes_run_on_cpus_of_their_own(inputs: list) -> None:
+    """Workers that share every CPU let OpenVINO pin all their threads to the same first cores;
+    each worker gets its own CPUs when they fit."""
+    many = OCR(**{"pipeline.processes": 2, "pipeline.process_threads": 1})
+    try:
+        assert len(list(many.read_many(_fresh(inputs)[:2]))) == 2
+        cpus = [_thread_cpus(pid) for pid in many.process_pool()._procs]
+        assert all(len(c) == 1 for c in cpus), cpus  # every thread of a worker on one CPU set
+        assert cpus[0] != cpus[1], cpus
+    finally:
+        many.close()

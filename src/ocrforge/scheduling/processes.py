@@ -95,8 +95,33 @@ def worker_config(cfg: EngineConfig, threads: int) -> dict[str, Any]:
                         "runtime.allow_spinning": False, "pipeline.processes": 1}).to_dict()
 
 
+def cpu_slots(processes: int, threads: int) -> list[set[int] | None]:
+    """The CPUs of each worker: disjoint sets of ``threads`` CPUs of this process's set when
+    they fit, else None (each worker shares the whole set). OpenVINO pins its threads to the
+    first cores of its set, so unpinned workers all landed on the same cores (16-core host,
+    2026-12-04: 8 workers read the dev set at 1.12 pages/s against 2.17 with ONNX Runtime)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return [None] * processes
+    if processes * threads > len(cpus):
+        return [None] * processes
+    return [set(cpus[k * threads:(k + 1) * threads]) for k in range(processes)]
+
+
+def _pin_all_threads(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (threads started while the modules were
+    imported keep the old set otherwise)."""
+    tids = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, cpus)
+
+
 def _worker_main(factory: Callable[[EngineConfig], Any], cfg: dict[str, Any], jobs: Any,
-                 results: Any) -> None:
+                 results: Any, cpus: set[int] | None = None) -> None:
+    if cpus:
+        _pin_all_threads(cpus)
     engine = factory(EngineConfig.from_dict(cfg))
     results.put(("ready", os.getpid(), None, None))
     while True:
@@ -127,22 +152,24 @@ class ProcessPool:
         self._jobs = self._ctx.Queue()
         self._results = self._ctx.Queue()
         self._procs: dict[int, Any] = {}
+        self._slots: dict[int, set[int] | None] = {}  # pid -> its CPUs
         self._lock = threading.Lock()  # one run at a time (runs share the queues)
         self._run_id = 0
         self.processes = processes
         self.threads = threads
-        for _ in range(processes):
-            self._spawn()
+        for cpus in cpu_slots(processes, threads):
+            self._spawn(cpus)
         ready = 0
         while ready < processes:
             kind, pid, _, _ = self._get_result()
             ready += kind == "ready"
 
-    def _spawn(self) -> None:
+    def _spawn(self, cpus: set[int] | None) -> None:
         p = self._ctx.Process(target=_worker_main, daemon=True, name="ocrforge-engine",
-                              args=(self._factory, self._cfg, self._jobs, self._results))
+                              args=(self._factory, self._cfg, self._jobs, self._results, cpus))
         p.start()
         self._procs[p.pid] = p
+        self._slots[p.pid] = cpus
 
     def _get_result(self) -> tuple[str, int, Any, Any]:
         while True:
@@ -222,7 +249,7 @@ class ProcessPool:
             pages[idx] = pages.get(idx, []) + [Page([], 0, 0, source=str(src), error=(
                 f"the engine process reading this input died (exit code {p.exitcode})"))]
             done.add(idx)
-        self._spawn()
+        self._spawn(self._slots.pop(pid, None))  # the new worker takes the dead one's CPUs
 
     def close(self) -> None:
         for _ in self._procs:
