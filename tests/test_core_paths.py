@@ -61,7 +61,7 @@ def generated() -> list[tuple[np.ndarray, list[str]]]:
 
 @pytest.fixture(scope="module")
 def ort_engine() -> OCR:
-    return OCR(det_limit_side=1280)
+    return OCR(runtime="onnxruntime", det_limit_side=1280)
 
 
 def _summary(pages, generated):

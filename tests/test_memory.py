@@ -78,7 +78,7 @@ def test_detection_keeps_its_arena_between_pages_and_recognition_gives_it_back()
 
     from ocrforge import OCR
 
-    engine = OCR()
+    engine = OCR(runtime="onnxruntime")  # the ONNX Runtime arena (OpenVINO has none)
 
     assert engine.config.runtime.shrink_arena is None  # auto: per network
     assert engine.runner.det_rt.run_options is None
@@ -95,7 +95,7 @@ def test_detection_keeps_its_arena_between_pages_and_recognition_gives_it_back()
     engine.runner.det_rt.run(x)
     refaulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     assert refaulted > 5 * max(faults, 1000), (faults, refaulted)
-    every = OCR(**{"runtime.shrink_arena": True})
+    every = OCR(runtime="onnxruntime", **{"runtime.shrink_arena": True})
     assert every.runner.det_rt.run_options is not None and every.runner.rec_rt.run_options is not None
-    none = OCR(**{"runtime.shrink_arena": False})
+    none = OCR(runtime="onnxruntime", **{"runtime.shrink_arena": False})
     assert none.runner.det_rt.run_options is None and none.runner.rec_rt.run_options is None

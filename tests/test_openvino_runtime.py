@@ -22,7 +22,7 @@ def pages() -> list[tuple[np.ndarray, list[str]]]:
 
 @pytest.fixture(scope="module")
 def ort_pages(pages):
-    return list(OCR(det_limit_side=1280).read_many([p[0] for p in pages]))
+    return list(OCR(runtime="onnxruntime", det_limit_side=1280).read_many([p[0] for p in pages]))
 
 
 def test_openvino_runtime_matches_onnxruntime_outputs():
@@ -32,12 +32,12 @@ def test_openvino_runtime_matches_onnxruntime_outputs():
 
     m = resolve_models("ppocrv6-small")
     x = np.random.default_rng(0).random((2, 3, 48, 320), np.float32)
-    ort_out = open_onnx(m.rec, RuntimeConfig()).run(x)
+    ort_out = open_onnx(m.rec, RuntimeConfig(backend="onnxruntime")).run(x)
     ov = open_onnx(m.rec, RuntimeConfig(backend="openvino", openvino_precision="f32"))
     assert ov.name == "openvino[CPU,f32]", ov.name
     np.testing.assert_allclose(ov.run(x), ort_out, atol=1e-3)
     y = np.random.default_rng(1).random((1, 3, 48, 640), np.float32)  # another shape, same request
-    assert ov.run(y).shape == open_onnx(m.rec, RuntimeConfig()).run(y).shape
+    assert ov.run(y).shape == open_onnx(m.rec, RuntimeConfig(backend="onnxruntime")).run(y).shape
 
 
 def test_openvino_fp32_engine_reads_like_onnxruntime_twice(pages, ort_pages):
@@ -61,4 +61,17 @@ def test_openvino_auto_precision_reads_within_a_point(pages, ort_pages):
 
 def test_openvino_precision_needs_the_openvino_runtime():
     with pytest.raises(ValueError, match="openvino_precision"):
-        OCR(**{"runtime.openvino_precision": "bf16"})
+        OCR(runtime="onnxruntime", **{"runtime.openvino_precision": "bf16"})
+
+
+def test_auto_picks_openvino_only_where_the_cpu_has_native_bf16():
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.runtimes.choice import cpu_backend, openvino_native_bf16
+
+    native = openvino_native_bf16()
+    eng = OCR()  # the default: runtime.backend "auto"
+    assert eng.config.runtime.backend == "auto"
+    assert eng.det_rt.name.startswith("openvino[CPU,bf16]" if native else "onnxruntime"), eng.det_rt.name
+    assert cpu_backend(RuntimeConfig(), precision="int8") == "onnxruntime"  # built artifacts
+    assert cpu_backend(RuntimeConfig(providers=["cuda", "cpu"])) == "onnxruntime"
+    assert cpu_backend(RuntimeConfig(backend="onnxruntime")) == "onnxruntime"

@@ -90,7 +90,10 @@ def test_batch_into_a_full_disk_then_resume(tmp_path, full_fs):
     r = ocrforge("batch", str(src), "-o", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.glob("*.txt")) == [f"p{i}.png.txt" for i in range(4)]
-    assert (out / "p3.png.txt").read_text().startswith("disk full page 3")
+    # what a fresh read of that page gives (the text itself is the engine's business here)
+    fresh = ocrforge("read", str(src / "p3.png"))
+    assert fresh.returncode == 0 and "page 3" in fresh.stdout, fresh.stderr
+    assert (out / "p3.png.txt").read_text().strip() == fresh.stdout.strip()
 
 
 HOSTILE = ["\x1b[31mred\x1b]0;pwned\x07.png", "x\nerror: everything is fine.png"]

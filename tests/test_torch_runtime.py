@@ -55,7 +55,7 @@ def torch_cpu_engine():
 
 
 def test_torch_engine_matches_onnxruntime(pages, torch_cpu_engine):
-    ort_engine = OCR(det_limit_side=736)
+    ort_engine = OCR(runtime="onnxruntime", det_limit_side=736)
     for img in pages:
         a = ort_engine.read(img)
         b = torch_cpu_engine.read(img)

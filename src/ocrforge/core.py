@@ -325,7 +325,7 @@ def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
 
         return open_torch(build_native(runner.models.model_set, "page_orientation", path),
                           cfg.runtime, name="page_orientation")
-    rc = cfg.runtime if cfg.runtime.backend in ("onnxruntime", "openvino") else RuntimeConfig()
+    rc = cfg.runtime if cfg.runtime.backend != "torch" else RuntimeConfig()
     return open_onnx(path, rc)
 
 

@@ -167,7 +167,7 @@ class OCR:
         """The engine processes of ``read_many`` on a many-core CPU (started on first use and
         kept), or None where one process is best: GPU, torch, fewer than 4 CPUs."""
         cfg = self.config
-        if cfg.runtime.backend not in ("onnxruntime", "openvino") or any(
+        if cfg.runtime.backend == "torch" or any(
                 p.lower() not in ("cpu", "cpuexecutionprovider") for p in cfg.runtime.providers):
             return None
         import multiprocessing

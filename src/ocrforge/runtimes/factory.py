@@ -11,13 +11,14 @@ from typing import Any
 
 from ocrforge.config import RuntimeConfig
 from ocrforge.runtimes.base import Runtime
+from ocrforge.runtimes.choice import cpu_backend
 
 
 def open_onnx(path: Path, settings: RuntimeConfig, *, precision: str = "fp32",
               threads: int | None = None) -> Runtime:
     if threads is not None:
         settings = settings.model_copy(update={"intra_op_threads": threads})
-    if settings.backend == "openvino":
+    if cpu_backend(settings, precision) == "openvino":
         from ocrforge.runtimes.openvino import OpenVinoRuntime
 
         return OpenVinoRuntime(path, settings, precision)

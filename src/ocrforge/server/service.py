@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import Request
 
 from ocrforge.io.inputs import PageImage
+from ocrforge.runtimes.choice import cpu_backend
 from ocrforge.runtimes.cpu_budget import usable_cpus
 from ocrforge.server.admission import Admission, ByteBudget, page_units
 from ocrforge.server.batcher import Batcher, run_engine
@@ -92,7 +93,7 @@ def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
     return {
         "version": __version__,
         "model_set": cfg.models.name,
-        "runtime": cfg.runtime.backend,
+        "runtime": cfg.runtime.backend if cfg.runtime.backend == "torch" else cpu_backend(cfg.runtime),
         "runtime_name": str(getattr(engines[0].det_rt, "name", cfg.runtime.backend)),
         "devices": ",".join(devices),
         "engines": str(len(engines)),

@@ -116,6 +116,12 @@ def session_threads(obj: Any) -> list[dict[str, Any]]:
                     "intra_op_num_threads": so.intra_op_num_threads,
                     "inter_op_num_threads": so.inter_op_num_threads,
                     "providers": s.get_providers()})
+    runner = getattr(obj, "runner", None)
+    for role in ("det_rt", "rec_rt"):
+        rt = getattr(runner, role, None)
+        if hasattr(rt, "compiled"):  # OpenVINO (runtime auto or openvino)
+            out.append({"model": rt.path.name, "runtime": rt.name,
+                        "inference_num_threads": int(rt.compiled.get_property("INFERENCE_NUM_THREADS"))})
     return out
 
 
