@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     for n in report["order"]:
         d = report["entries"][n].get("describe") or {}
         thr = [(t["model"], t["intra_op_num_threads"]) for t in d.get("threads", [])]
-        con.print(escape(f"{n}: intra-op threads per session {thr} (0 = ONNX Runtime default)"),
+        con.print(escape(f"{n}: compute threads per network {thr}"),
                   highlight=False)
     err.print(escape("wrote " + ", ".join(str(p) for p in paths.values())), highlight=False)
     return 1 if any(report["entries"][n]["error"] for n in report["order"]) else 0

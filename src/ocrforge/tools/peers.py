@@ -121,7 +121,7 @@ def session_threads(obj: Any) -> list[dict[str, Any]]:
         rt = getattr(runner, role, None)
         if hasattr(rt, "compiled"):  # OpenVINO (runtime auto or openvino)
             out.append({"model": rt.path.name, "runtime": rt.name,
-                        "inference_num_threads": int(rt.compiled.get_property("INFERENCE_NUM_THREADS"))})
+                        "intra_op_num_threads": int(rt.compiled.get_property("INFERENCE_NUM_THREADS"))})
     return out
 
 
