@@ -1,7 +1,7 @@
 """Document benchmark (issue 21): reading order, headings, tables and text of document pages,
 scored with the measures OmniDocBench uses, default engine with and without the layout stage.
 
-    python benchmarks/doc_bench.py make DIR [--seed 700] [--pages 6]   # generated document pages
+    python benchmarks/doc_bench.py make DIR [--seed 700] [--pages 6] [--font F ...]   # generated pages
     python benchmarks/doc_bench.py score DATASET --cache pages.pkl [--ref-order labels] [--kinds document]
 
 ``make`` writes ``ocrforge synth`` document pages with a known reading order into DIR/<set>/:
@@ -52,12 +52,12 @@ SETS = [("columns_zh", "columns", "zh"), ("columns_en", "columns", "en"),
         ("tables_zh", "tables", "zh"), ("tables_en", "tables", "en")]
 
 
-def make(out: Path, seed: int, pages: int) -> None:
+def make(out: Path, seed: int, pages: int, fonts: list[str] | None = None) -> None:
     from ocrforge.evaluation.synth import generate
 
     merged = []
     for k, (name, kind, lang) in enumerate(SETS):
-        generate(out / name, pages, seed + k, lang=lang, kind=kind)
+        generate(out / name, pages, seed + k, lang=lang, kind=kind, fonts=fonts)
         for line in (out / name / "labels.jsonl").read_text(encoding="utf-8").splitlines():
             obj = json.loads(line)
             obj["image"] = f"{name}/{obj['image']}"
@@ -169,6 +169,8 @@ def main() -> int:
     m.add_argument("out")
     m.add_argument("--seed", type=int, default=700)
     m.add_argument("--pages", type=int, default=6)
+    m.add_argument("--font", action="append", help="font file (repeatable), as `ocrforge synth --font`: "
+                   "the pages depend on the fonts found, so name them to get the same pages")
     s = sub.add_parser("score")
     s.add_argument("dataset")
     s.add_argument("--cache", required=True)
@@ -177,7 +179,7 @@ def main() -> int:
     s.add_argument("--json")
     args = ap.parse_args()
     if args.cmd == "make":
-        make(Path(args.out), args.seed, args.pages)
+        make(Path(args.out), args.seed, args.pages, args.font)
         return 0
     return score(args)
 

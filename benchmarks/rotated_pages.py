@@ -69,8 +69,9 @@ def upright_record(rec, image: np.ndarray):
     return replace(rec, lines=lines if rec.lines is not None else None), upright(image, rot)
 
 
-def decisions(recs, images, angles) -> int:
-    """What the stage decides for each turned copy, by kind: right / kept upright / wrong."""
+def decisions(recs, images, angles, per_page: bool = False) -> int:
+    """What the stage decides for each turned copy, by kind: right / kept upright / wrong;
+    ``per_page``: also one line per copy (angle, page, turn decided), to compare engines."""
     from ocrforge.engine import OCR
     from ocrforge.io.inputs import PageImage
 
@@ -81,6 +82,8 @@ def decisions(recs, images, angles) -> int:
             turned = np.ascontiguousarray(np.rot90(im, -angle // 90))
             got = runner.upright_pages([PageImage("t", i, turned)])[0].rotation
             verdict = "right" if got == angle else ("kept" if got == 0 else "wrong")
+            if per_page:
+                print(f"page {angle:3d} deg {rec.name} -> {got}")
             table[(angle, rec.kind)][verdict] += 1
             table[(angle, "all")][verdict] += 1
     for (angle, kind), c in sorted(table.items()):
@@ -103,6 +106,7 @@ def main() -> int:
     ap.add_argument("--only", choices=["off", "on"], help="one engine only (less memory)")
     ap.add_argument("--decisions-only", action="store_true",
                     help="only the orientation stage's decisions per angle (no OCR): fast")
+    ap.add_argument("--per-page", action="store_true", help="with --decisions-only: every copy's decision")
     ap.add_argument("--json", help="results; also appended to, one line per pass, at JSON.lines")
     args = ap.parse_args()
 
@@ -110,7 +114,7 @@ def main() -> int:
     recs, images = zip(*(upright_record(r, load_image(str(r.image))) for r in recs), strict=True)
     angles = [int(a) for a in args.angles.split(",")]
     if args.decisions_only:
-        return decisions(recs, images, angles)
+        return decisions(recs, images, angles, args.per_page)
     names = [args.only] if args.only else ["off", "on"]
     engines = {n: OCR(page_orientation=(n == "on")) for n in names}
     for e in engines.values():  # warm-up: sessions, arenas
