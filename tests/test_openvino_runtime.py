@@ -75,3 +75,10 @@ def test_auto_picks_openvino_only_where_the_cpu_has_native_bf16():
     assert cpu_backend(RuntimeConfig(), precision="int8") == "onnxruntime"  # built artifacts
     assert cpu_backend(RuntimeConfig(providers=["cuda", "cpu"])) == "onnxruntime"
     assert cpu_backend(RuntimeConfig(backend="onnxruntime")) == "onnxruntime"
+
+
+def test_auto_keeps_onnxruntime_on_a_cpu_without_native_bf16(monkeypatch):
+    import ocrforge.runtimes.choice as choice
+
+    monkeypatch.setattr(choice, "openvino_native_bf16", lambda: False)
+    assert OCR().det_rt.name.startswith("onnxruntime")
