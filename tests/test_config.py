@@ -97,11 +97,12 @@ def test_pipeline_default_follows_the_usable_cpus(monkeypatch):
     """pipeline.enabled None (the default): stages overlap above 2 usable CPUs only (on 2 they
     read slower than one page after the other, measured); an explicit value always wins."""
     from ocrforge.config import EngineConfig
-    from ocrforge.scheduling import pipeline, processes
+    from ocrforge.runtimes import cpu_budget
+    from ocrforge.scheduling import pipeline
 
     assert EngineConfig().pipeline.enabled is None
     for cpus, want in ((1, False), (2, False), (3, True), (16, True)):
-        monkeypatch.setattr(processes, "usable_cpus", lambda cpus=cpus: cpus)
+        monkeypatch.setattr(cpu_budget, "usable_cpus", lambda cpus=cpus: cpus)
         assert pipeline.pipelined(None) is want
         assert pipeline.pipelined(True) is True and pipeline.pipelined(False) is False
 

@@ -176,7 +176,7 @@ class OCR:
 
         if multiprocessing.current_process().daemon:  # a daemonic process may not start any
             return None
-        n = cfg.pipeline.processes or procs.auto_processes(procs.usable_cpus(),
+        n = cfg.pipeline.processes or procs.auto_processes(_usable_cpus(),
                                                            cfg.pipeline.process_threads)
         if n <= 1:
             return None
@@ -267,7 +267,7 @@ def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
 
 
 def _usable_cpus() -> int:
-    from ocrforge.scheduling.processes import usable_cpus
+    from ocrforge.runtimes.cpu_budget import usable_cpus
 
     return usable_cpus()
 

@@ -16,7 +16,8 @@ from pathlib import Path
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
-def _affinity() -> set[int] | None:
+def cpu_set() -> set[int] | None:
+    """The CPUs this process may run on, or None off Linux."""
     try:
         return set(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -53,12 +54,15 @@ def _quota_files() -> list[Path]:
     return files + [Path("/sys/fs/cgroup/cpu.max"), Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")]
 
 
-def usable_cpus() -> int:
-    """Logical CPUs this process may run on: its CPU set, capped by the cgroup quota."""
-    cpus = _affinity()
-    n = len(cpus) if cpus else (os.cpu_count() or 1)
+def _capped(n: int) -> int:
     quota = cfs_quota_cpus()
     return max(1, min(n, quota) if quota else n)
+
+
+def usable_cpus() -> int:
+    """Logical CPUs this process may run on: its CPU set, capped by the cgroup quota."""
+    cpus = cpu_set()
+    return _capped(len(cpus) if cpus else (os.cpu_count() or 1))
 
 
 def _physical_cores(cpus: set[int]) -> int:
@@ -76,9 +80,7 @@ def _physical_cores(cpus: set[int]) -> int:
 def default_threads() -> int:
     """Compute threads for one network when the config says 0: the physical cores in this
     process's CPU set, capped by the CPU quota; 0 (the runtime's own choice) off Linux."""
-    cpus = _affinity()
+    cpus = cpu_set()
     if not cpus:
         return 0
-    n = _physical_cores(cpus)
-    quota = cfs_quota_cpus()
-    return max(1, min(n, quota) if quota else n)
+    return _capped(_physical_cores(cpus))

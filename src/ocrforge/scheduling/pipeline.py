@@ -51,7 +51,7 @@ def pipelined(enabled: bool | None) -> bool:
     """pipeline.enabled, with None resolved from the CPUs this process may use."""
     if enabled is not None:
         return enabled
-    from ocrforge.scheduling.processes import usable_cpus
+    from ocrforge.runtimes.cpu_budget import usable_cpus
 
     return usable_cpus() > 2
 

@@ -93,7 +93,7 @@ def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
     return {
         "version": __version__,
         "model_set": cfg.models.name,
-        "runtime": cfg.runtime.backend if cfg.runtime.backend == "torch" else cpu_backend(cfg.runtime),
+        "runtime": cpu_backend(cfg.runtime),  # the backend, with "auto" resolved
         "runtime_name": str(getattr(engines[0].det_rt, "name", cfg.runtime.backend)),
         "devices": ",".join(devices),
         "engines": str(len(engines)),
