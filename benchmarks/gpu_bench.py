@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from gpu_probe import MemoryTrace, fmt_memory, fmt_stage_kernels, stage_kernels
 
 T_START = time.perf_counter()
 RESULTS: dict = {}
@@ -433,6 +434,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
     "-wall1": {"gpu.warmup": "all", "gpu.processes": 1},  # every bucket captured at start
+    "-memtrace": {"_memtrace": True},
+    "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
+    "-infl32": {"gpu.max_inflight": 32},  # the default, the allocator's history recorded (slower)
 }
 
 
@@ -455,6 +459,10 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         change = dict(DEFAULT_VARIANTS[name])
+        trace = MemoryTrace() if change.pop("_memtrace", False) and cuda else None
+        alloc = change.pop("_alloc", None)
+        if alloc and cuda:
+            torch.cuda.memory._set_allocator_settings(alloc)
         switch = sys.getswitchinterval()
         sys.setswitchinterval(change.pop("_switch_ms", switch * 1e3) / 1e3)
         t0 = time.perf_counter()
@@ -489,7 +497,14 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
         row["first_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
         # pass 2 still meets a few shapes for the second time (batch sizes vary with timing)
         row["second_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
-        row.update(real_pass(gp, real[:n_pages], cuda, profile=True))
+        row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
+        extra = ""
+        if trace is not None:
+            row["memory_trace"] = trace.report()
+            extra += fmt_memory(row["memory_trace"]) + "\n"
+        elif cuda and ARGS.kernel_pages:
+            row["kernels"] = stage_kernels(gp, real[: ARGS.kernel_pages])
+            extra += fmt_stage_kernels(row["kernels"]) + "\n"
         out[name or "default"] = row
         save(ARGS.out)
         log(f"variant {name or 'default'} {DEFAULT_VARIANTS[name]}: {row['pages_per_s']:.1f} pages/s "
@@ -500,10 +515,13 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
             f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
             f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n    graph calls "
             f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
-            f"{row['second_pass']['graph_calls']})\n{fmt_profile(row['profile'])}")
+            f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
         eng.close()
         sys.setswitchinterval(switch)
         del gp, eng
+        if alloc and cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
 
 
 def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
@@ -526,7 +544,8 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
     row = {"pages": n, "pages_per_s": n / el, "host_cpu_ms_per_page": (host_cpu_s() - cpu0) / n * 1e3,
            "gpu_util": smp.summary(), "stats": gp.stats.__dict__.copy(),
            "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
-           "reserved_GiB": torch.cuda.memory_reserved() / 2**30 if cuda else 0.0}
+           "reserved_GiB": torch.cuda.memory_reserved() / 2**30 if cuda else 0.0,
+           "peak_reserved_GiB": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0}
     # network calls in the pass: eager (first use of a shape), graph captures (second use) and
     # their seconds, replays
     row["graph_calls"] = {k: {c: round(rts[k].counts[c] - v, 3) for c, v in b.items()}
@@ -704,6 +723,9 @@ def main() -> None:
     ap.add_argument("--variants", default="default,16mp,noori,hostdec,nolayout",
                     help="variants section: the default engine with one change each")
     ap.add_argument("--variant-pages", type=int, default=504, help="real-mix pages per variant")
+    ap.add_argument("--kernel-pages", type=int, default=0,
+                    help="variants: one more pass of this many pages under torch.profiler "
+                         "(GPU kernel time per stage, gpu_probe.stage_kernels); 0: none")
     ARGS = ap.parse_args()
 
     import torch

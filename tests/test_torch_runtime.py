@@ -243,6 +243,49 @@ def test_gpu_cuda_graph_replay_matches_eager():
     assert len(graphs._graphs) == 1
 
 
+def test_runtime_post_runs_after_the_network_and_keys_its_own_shape(torch_cpu_engine):
+    """forward(x, post) is post(forward(x), x); the scheduler's recognition post gives what
+    ctc_head_torch gives on the full probabilities."""
+    from ocrforge.stages.recognize import CTCHeadPost, ctc_head_torch
+
+    rt = torch_cpu_engine.runner.rec_rt
+    x = torch.rand((3, 3, 48, 320), generator=torch.Generator().manual_seed(5)) * 2 - 1
+    probs = rt.forward(x)
+    idx, conf = ctc_head_torch(probs)
+    sp = torch_cpu_engine.runner.ctc.space_index
+    got = rt.forward(x, CTCHeadPost(sp))
+    assert torch.equal(got[0], idx) and torch.equal(got[1], conf)
+    assert torch.equal(got[2], probs[:, :, sp].float())
+    assert len(rt.forward(x, CTCHeadPost())) == 2
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_rec_graphs_keep_no_class_probabilities():
+    """Each captured recognition graph kept its N x T x 18710 float32 probabilities alive as the
+    graph's output: 15.8 of the 20.7 GiB live at the engine's peak on the H200 (2026-12-04,
+    allocator history). With the CTC head inside the graph, a graph keeps a few MB."""
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.torch import TorchRuntime
+    from ocrforge.stages.recognize import CTCHeadPost
+
+    m = resolve_models("ppocrv6-small")
+    rt = TorchRuntime(build_native(m.model_set, "rec", m.rec),
+                      RuntimeConfig(backend="torch", device="cuda", torch_precision="fp16",
+                                    cuda_graphs=True))
+    post = CTCHeadPost(5)
+    rt.warmup([(64, 3, 48, 320)], post)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    rt.warmup([(128, 3, 48, w) for w in (640, 1280, 2560)], post)
+    torch.cuda.synchronize()
+    kept = torch.cuda.memory_allocated() - before
+    # the three graphs' probabilities alone would be 128 x (80 + 160 + 320) x 18710 x 4 B = 5 GiB
+    assert rt.counts["captures"] == 4 and kept < 256 * 2**20, kept
+
+
 @pytest.mark.gpu
 @cuda
 def test_gpu_graph_capture_survives_host_pinning_in_other_threads():
@@ -346,11 +389,11 @@ def test_gpu_scheduler_rec_oom_retry_reads_the_same(torch_cpu_engine):
     real = gs.rec.forward
     calls = {"oom": 0}
 
-    def forward(x):
+    def forward(x, post=None):
         if x.shape[0] > 2 and calls["oom"] < 2:  # the first two large batches run out of memory
             calls["oom"] += 1
             raise torch.OutOfMemoryError("simulated")
-        return real(x)
+        return real(x, post)
 
     gs.rec.forward = forward
     parts = gs.with_oom_retry("rec", gs.rec_chunk, chunk, wb)

@@ -67,6 +67,16 @@ class _Float32Out(nn.Module):
         return out.float() if torch.is_tensor(out) else out
 
 
+class _Then:
+    """The network, then ``post(output, input)``: one callable to run or capture."""
+
+    def __init__(self, fn: Any, post: Any):
+        self.fn, self.post = fn, post
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        return self.post(self.fn(x), x)
+
+
 class TorchRuntime:
     """One network on one device. Thread-safe for run() (one call at a time per runtime)."""
 
@@ -134,21 +144,26 @@ class TorchRuntime:
         return x.contiguous(memory_format=torch.channels_last) if self.cuda else x
 
     @torch.inference_mode()
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Device tensor in (any float dtype), float32 device tensor out. With cuda_graphs the
-        result is the graph's static output: consume (or copy) it before the next call."""
+    def forward(self, x: torch.Tensor, post: Any = None) -> Any:
+        """Device tensor in (any float dtype), float32 device tensor out. ``post(out, x)``, when
+        given, runs on the network's output (and its input) inside the same CUDA graph and its
+        result is returned instead: a large output reduced on the device (a per-step argmax of
+        recognition's thousands of classes) then never stays in the graph's memory. With
+        cuda_graphs the result is the graph's static output: consume (or copy) it before the
+        next call. ``post`` must be the same object from call to call (it is part of the key)."""
         x = self._prepare(x)
+        fn = self.fn if post is None else _Then(self.fn, post)
         if not self.use_graphs:
-            return self.fn(x)
-        key = (tuple(x.shape), x.dtype)
+            return fn(x)
+        key = (tuple(x.shape), x.dtype, post)
         g = self._graphs.get(key)
         if g is None:
             seen = self._seen[key] = self._seen.get(key, 0) + 1
             if len(self._graphs) >= self._max_graphs or seen <= self.capture_after:
                 self.counts["eager"] += 1
-                return self.fn(x)
+                return fn(x)
             t0 = time.perf_counter()
-            g = self._capture(x)
+            g = self._capture(x, fn)
             self.counts["captures"] += 1
             self.counts["capture_s"] += time.perf_counter() - t0
             self._graphs[key] = g
@@ -158,13 +173,13 @@ class TorchRuntime:
         graph.replay()
         return static_out
 
-    def _capture(self, x: torch.Tensor) -> tuple:
+    def _capture(self, x: torch.Tensor, fn: Any) -> tuple:
         static_in = x.clone()
         s = torch.cuda.Stream(self.dev)
         s.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(s):
             for _ in range(2):  # warm-up: compilation, cuDNN/cuBLAS autotuning, allocations
-                self.fn(static_in)
+                fn(static_in)
         torch.cuda.current_stream(self.dev).wait_stream(s)
         graph = torch.cuda.CUDAGraph()
         # Not torch.cuda.graph(): on entry it synchronises the device and empties both the
@@ -177,19 +192,20 @@ class TorchRuntime:
         with torch.cuda.stream(s):
             graph.capture_begin(pool=self._pool, capture_error_mode=self.capture_mode)
             try:
-                static_out = self.fn(static_in)
+                static_out = fn(static_in)
             finally:
                 graph.capture_end()
         return graph, static_in, static_out
 
-    def warmup(self, shapes: list[tuple[int, ...]]) -> float:
-        """Compile / capture the given input shapes now; returns seconds spent."""
+    def warmup(self, shapes: list[tuple[int, ...]], post: Any = None) -> float:
+        """Compile / capture the given input shapes (with ``post``, as forward) now; returns
+        seconds spent."""
         t0 = time.perf_counter()
         for shp in shapes:
             x = torch.zeros(shp, device=self.dev, dtype=self.dtype)
-            key = (tuple(x.shape), x.dtype)
+            key = (tuple(x.shape), x.dtype, post)
             self._seen[key] = max(self._seen.get(key, 0), self.capture_after)
-            self.forward(x)
+            self.forward(x, post)
         if self.cuda:
             torch.cuda.synchronize(self.dev)
         return time.perf_counter() - t0

@@ -11,11 +11,15 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
                  (page_orientation.decide, confirm), turned pages rotated on the device
     detect       pages resized + normalised into a fixed set of page buckets (DetPreprocessor.
                  prepare_torch), DB network (CUDA graph per bucket), binarised on the device
+                 inside the same graph (detect.DetMapsPost)
     boxes        contours, box scores, unclip: CPU worker threads / processes
     crop         all lines of a page in one grid_sample (stages.crop.crop_lines_torch),
                  each line padded to its width bucket (RecPreprocessor.bucket, as on the CPU)
-    recognize    batches of one width bucket (CUDA graph per bucket); ctc_head_torch on the
-                 device; only indices and scores come back; CTCDecoder.collapse on the CPU
+    recognize    batches of one width bucket (CUDA graph per bucket); the per-step argmax
+                 inside the same graph (recognize.CTCHeadPost: the N x T x classes
+                 probabilities never outlive the graph, which kept ~16 GiB alive across the
+                 captured buckets on the H200); only indices and scores come back;
+                 CTCDecoder.collapse on the CPU
 
 The scheduler gets the runner and a decode function (never the ``OCR`` facade): it decides,
 the runner's stages execute. Every device operation is issued by one thread (the GPU driver
@@ -55,8 +59,8 @@ from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.scheduling.layout_workers import PendingLayout
 from ocrforge.scheduling.threads import Workers
 from ocrforge.stages import page_orientation as po
-from ocrforge.stages.detect import DetInput, gray_torch
-from ocrforge.stages.recognize import ctc_head_torch
+from ocrforge.stages.detect import DetInput, DetMapsPost
+from ocrforge.stages.recognize import CTCHeadPost
 
 Decode = Callable[[Any], Iterable[PageImage]]
 
@@ -147,6 +151,11 @@ class GpuScheduler:
         self.max_inflight = g.max_inflight
         self.orient_batch = g.orient_batch
         self.thresh = float(runner.det_decode.thresh)
+        # what runs inside each network's CUDA graph after it (same objects every call: they
+        # are part of the graph's key)
+        self.det_post = DetMapsPost(self.thresh, runner.det_prep, bool(self.post_processes))
+        self.rec_posts = {False: CTCHeadPost(), True: CTCHeadPost(runner.ctc.space_index)}
+        self.orient_shapes = sorted({min(8, g.orient_batch), g.orient_batch})
         self.stats = SchedulerStats()
         self._orient_rt: Any = None
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
@@ -198,14 +207,16 @@ class GpuScheduler:
         with torch.inference_mode(), self.device_context():
             for hb, wb in self.page_buckets:
                 for n in sorted({1, self.det_batch_for((hb, wb))}):
-                    self.det.warmup([(n, 3, hb, wb)])
+                    self.det.warmup([(n, 3, hb, wb)], self.det_post)
             h = self.runner.rec_prep.height
+            steps = bool(self.runner.config.layout.enabled and self.runner.config.layout.words)
             for wb in self.rec_shapes():
-                self.rec.warmup([(n, 3, h, wb) for n in sorted({self.rec_small(), self.rec_batch_for(wb)})])
+                self.rec.warmup([(n, 3, h, wb) for n in sorted({self.rec_small(), self.rec_batch_for(wb)})],
+                                self.rec_post(steps))
             ori = self.orient_runtime()
             if ori is not None:
                 per = 1 + len(po.ENDS) + 1  # centre, ends, centre turned 180
-                ori.warmup([(n * per, 3, po.SIZE, po.SIZE) for n in _pow2_upto(self.orient_batch)])
+                ori.warmup([(n * per, 3, po.SIZE, po.SIZE) for n in self.orient_shapes])
         self.stats.warmup_s = time.perf_counter() - t0
         return self.stats.warmup_s
 
@@ -280,7 +291,8 @@ class GpuScheduler:
     def run_orient(self, pages: list[GpuPage]) -> tuple:
         """Page orientation probabilities of these pages, pages x crops (centre, the ends, the
         centre turned by 180) x angles (async copy to the host + event)."""
-        n = 1 << (len(pages) - 1).bit_length()  # power-of-two batches: few graph shapes
+        # two batch shapes (few graphs to capture); the network is small, padding is cheap
+        n = next((k for k in self.orient_shapes if k >= len(pages)), len(pages))
         crops = po.CENTRE + po.ENDS
         rt = self.orient_runtime()
         # the crops, then the centre crop turned by 180 (po.confirm), all in one launch
@@ -298,12 +310,8 @@ class GpuScheduler:
         dp = self.runner.det_prep
         for k, p in enumerate(pages):
             dp.prepare_torch(p.img, p.rh, p.rw, x[k])
-        prob = self.det.forward(x)[: len(pages), 0]
-        # plane 0: the bitmap; plane 1: DetInput.gray, where the decoder splits boxes at cell gaps
-        bitmap = torch.stack([(prob > self.thresh).to(torch.uint8), gray_torch(x[: len(pages)], dp)], 1)
-        if self.post_processes:
-            prob = (prob * 255.0).round_().to(torch.uint8)  # what the shared-memory slots carry
-        return self.to_host(prob, bitmap)
+        prob, bitmap = self.det.forward(x, self.det_post)  # DetMapsPost, inside the graph
+        return self.to_host(prob[: len(pages)], bitmap[: len(pages)])
 
     def rec_chunk(self, chunk: list, wb: int, steps: bool = False) -> tuple:
         """Recognise one batch of lines of width bucket ``wb``: (chunk, wb, indices, scores,
@@ -322,13 +330,15 @@ class GpuScheduler:
                 j += 1
             x[i:j] = crops[r0 : r0 + (j - i), :, :, :wb]
             i = j
-        probs = self.rec.forward(x)
-        idx, conf = ctc_head_torch(probs)
-        sp = self.runner.ctc.space_index
-        if steps and sp is not None:
-            return (chunk, wb, *self.to_host(idx[:n], conf[:n], probs[:n, :, sp].float()))
-        idx_h, conf_h, ev = self.to_host(idx[:n], conf[:n])
+        out = self.rec.forward(x, self.rec_post(steps))  # CTCHeadPost, inside the graph
+        if len(out) == 3:
+            return (chunk, wb, *self.to_host(*(t[:n] for t in out)))
+        idx_h, conf_h, ev = self.to_host(out[0][:n], out[1][:n])
         return chunk, wb, idx_h, conf_h, None, ev
+
+    def rec_post(self, steps: bool) -> CTCHeadPost:
+        """Per-step argmax and score (and the space class's probability when words need it)."""
+        return self.rec_posts[steps and self.runner.ctc.space_index is not None]
 
     def to_host(self, *tensors: torch.Tensor) -> tuple:
         """Asynchronous copies into fresh pinned host tensors plus the event that marks them
@@ -544,10 +554,6 @@ def _post_processes(configured: int | None, cuda: bool, layout: bool = False) ->
     # ~100 pages/s per process for document pages (benchmarks/gpu_host_costs.py); leave a few
     # cores to the GPU driver thread, the decoders and the layout processes
     return min(12, max(1, cpus - 4 - min(4, cpus // 4)))
-
-
-def _pow2_upto(n: int) -> list[int]:
-    return [1 << k for k in range((max(n, 1) - 1).bit_length() + 1)]
 
 
 def _has_nvjpeg() -> bool:

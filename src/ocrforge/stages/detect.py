@@ -106,6 +106,25 @@ def gray_torch(x: Any, prep: DetPreprocessor) -> Any:
     return (((xf - of) / sc) * wts).sum(1).round_().clamp_(0, 255).to(torch.uint8)
 
 
+class DetMapsPost:
+    """The detector's device step after the network, as a runtime ``post`` (inside detection's
+    CUDA graph): the probability map (as uint8 0..255 when ``to_uint8``: what the DB worker
+    processes' shared memory carries) and two uint8 planes, the bitmap (prob > thresh) and
+    ``DetInput.gray`` (where the decoder splits boxes at cell gaps)."""
+
+    def __init__(self, thresh: float, prep: DetPreprocessor, to_uint8: bool):
+        self.thresh, self.prep, self.to_uint8 = thresh, prep, to_uint8
+
+    def __call__(self, out: Any, x: Any) -> tuple:
+        import torch
+
+        prob = out[:, 0]
+        bitmap = torch.stack([(prob > self.thresh).to(torch.uint8), gray_torch(x, self.prep)], 1)
+        if self.to_uint8:
+            prob = (prob * 255.0).round_().to(torch.uint8)
+        return prob, bitmap
+
+
 def stack_padded(inputs: list[DetInput]) -> np.ndarray:
     """Batch pages of different sizes by zero-padding (after normalisation) to the largest."""
     if len(inputs) == 1:

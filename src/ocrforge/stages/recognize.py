@@ -87,6 +87,21 @@ def ctc_head_torch(probs: Any) -> tuple[Any, Any]:
     return idx.to(dtype=_torch().int32), conf.float()
 
 
+class CTCHeadPost:
+    """``ctc_head_torch`` as a runtime ``post`` (run inside recognition's CUDA graph, so the
+    N x T x classes probabilities never outlive the graph): (indices, scores) per step, plus
+    the space class's probability per step when ``space_index`` is given (word spaces)."""
+
+    def __init__(self, space_index: int | None = None):
+        self.space_index = space_index
+
+    def __call__(self, probs: Any, _x: Any) -> tuple:
+        idx, conf = ctc_head_torch(probs)
+        if self.space_index is None:
+            return idx, conf
+        return idx, conf, probs[:, :, self.space_index].float()
+
+
 def _torch() -> Any:
     import torch
 
