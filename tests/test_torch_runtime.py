@@ -257,6 +257,8 @@ def test_runtime_post_runs_after_the_network_and_keys_its_own_shape(torch_cpu_en
     assert torch.equal(got[0], idx) and torch.equal(got[1], conf)
     assert torch.equal(got[2], probs[:, :, sp].float())
     assert len(rt.forward(x, CTCHeadPost())) == 2
+    # outputs own their memory (a view of the probabilities would keep them all alive)
+    assert all(t._base is None and t.untyped_storage().nbytes() == t.nbytes for t in got)
 
 
 @pytest.mark.gpu

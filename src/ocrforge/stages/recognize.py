@@ -96,10 +96,13 @@ class CTCHeadPost:
         self.space_index = space_index
 
     def __call__(self, probs: Any, _x: Any) -> tuple:
+        torch = _torch()
         idx, conf = ctc_head_torch(probs)
         if self.space_index is None:
             return idx, conf
-        return idx, conf, probs[:, :, self.space_index].float()
+        # a copy, not a view: a view would keep the whole probability tensor alive as the
+        # graph's output (5.6 GB kept by three rec graphs on the H200, 2026-12-04)
+        return idx, conf, probs[:, :, self.space_index].to(torch.float32, copy=True)
 
 
 def _torch() -> Any:
