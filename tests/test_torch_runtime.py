@@ -285,7 +285,8 @@ def test_gpu_rec_graphs_keep_no_class_probabilities():
     torch.cuda.synchronize()
     kept = torch.cuda.memory_allocated() - before
     # the three graphs' probabilities alone would be 128 x (80 + 160 + 320) x 18710 x 4 B = 5 GiB
-    assert rt.counts["captures"] == 4 and kept < 256 * 2**20, kept
+    # (5.6 GB kept, measured); their static inputs are 165 MB, and 271 MB was kept in all (H200)
+    assert rt.counts["captures"] == 4 and kept < 512 * 2**20, kept
 
 
 @pytest.mark.gpu
