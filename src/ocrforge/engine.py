@@ -158,10 +158,10 @@ class OCR:
         bp = batch_pages or cfg.pipeline.batch_pages
         pool = self.process_pool()
         if pool is not None:
-            yield from pool.run(items, options, bp,
-                                lambda item: run_pipeline(self, [item], options=options, batch_pages=bp))
+            yield from pool.run(items, options, bp, lambda item: run_pipeline(
+                self.runner, self.decode, [item], options=options, batch_pages=bp))
             return
-        yield from run_pipeline(self, items, options=options, batch_pages=bp)
+        yield from run_pipeline(self.runner, self.decode, items, options=options, batch_pages=bp)
 
     def process_pool(self) -> Any:
         """The engine processes of ``read_many`` on a many-core CPU (started on first use and

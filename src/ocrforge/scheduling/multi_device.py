@@ -164,7 +164,7 @@ class _Run:
                     for i in sel:
                         self._add(PageSlice(item, i, i))
                     continue
-                for got, _ in decoded(first, item):
+                for got, _ in decoded(first.decode, item):
                     if isinstance(got, InputError):
                         self._add_result(error_page(got))
                     else:

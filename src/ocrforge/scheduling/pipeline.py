@@ -14,19 +14,17 @@ recognition of page N. On few cores the two sessions compete for them: ``det.thr
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ocrforge.config import ReadOptions
-from ocrforge.core import Detected
+from ocrforge.core import Detected, PageRunner
 from ocrforge.io.inputs import InputError, describe
 from ocrforge.result import Page
 from ocrforge.scheduling.heap import release_free_heap
 from ocrforge.scheduling.threads import Stopped, Workers
 
-if TYPE_CHECKING:
-    from ocrforge.engine import OCR
-
+Decode = Callable[[Any], Iterable[Any]]  # one input -> its decoded pages (io.inputs.PageImage)
 _END = object()
 
 
@@ -34,11 +32,11 @@ def error_page(err: InputError) -> Page:
     return Page([], 0, 0, source=err.source, error=err.reason)
 
 
-def decoded(engine: OCR, item: Any) -> Iterator[tuple[Any, float]]:
+def decoded(decode: Decode, item: Any) -> Iterator[tuple[Any, float]]:
     """(PageImage, decode seconds) for each page of one input, or one InputError, lazily."""
     t0 = time.perf_counter()
     try:
-        for p in engine.decode(item):
+        for p in decode(item):
             yield p, time.perf_counter() - t0
             t0 = time.perf_counter()
     except InputError as e:
@@ -56,13 +54,14 @@ def pipelined(enabled: bool | None) -> bool:
     return usable_cpus() > 2
 
 
-def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | None = None,
-                 batch_pages: int = 4) -> Iterator[Page]:
-    runner = engine.runner
+def run_pipeline(runner: PageRunner, decode: Decode, items: Iterable[Any], *,
+                 options: ReadOptions | None = None, batch_pages: int = 4) -> Iterator[Page]:
+    """Pages of every input through the runner: decode, detect and recognise threads over
+    bounded queues (or one page group after the other where that is faster), in input order."""
     s = runner.settings(options)
-    cfg = engine.config
+    cfg = runner.config
     if not pipelined(cfg.pipeline.enabled):
-        yield from _run_serial(engine, items, s, batch_pages, cfg.pipeline.trim_heap)
+        yield from _run_serial(runner, decode, items, s, batch_pages, cfg.pipeline.trim_heap)
         return
     trim = cfg.pipeline.trim_heap
     depth = max(2, cfg.pipeline.queue_size)
@@ -74,7 +73,7 @@ def run_pipeline(engine: OCR, items: Iterable[Any], *, options: ReadOptions | No
     def producer() -> None:
         try:
             for item in items:
-                for got in decoded(engine, item):
+                for got in decoded(decode, item):
                     if not w.put(det_q, got):
                         return
         except BaseException as e:  # the items iterator itself raised: surface it
@@ -151,13 +150,12 @@ def _recognise_group(runner: Any, group: list, s: Any, trim: bool) -> list[Page]
     return out
 
 
-def _run_serial(engine: OCR, items: Iterable[Any], s: Any, batch_pages: int,
-                trim: bool) -> Iterator[Page]:
-    runner = engine.runner
+def _run_serial(runner: PageRunner, decode: Decode, items: Iterable[Any], s: Any,
+                batch_pages: int, trim: bool) -> Iterator[Page]:
     group: list = []
     size = 1  # the first page goes out alone (see detector() above)
     for item in items:
-        for page, decode_s in decoded(engine, item):
+        for page, decode_s in decoded(decode, item):
             if _add(runner, group, page, decode_s, s) >= size:
                 yield from _recognise_group(runner, group, s, trim)
                 group, size = [], batch_pages
