@@ -82,3 +82,52 @@ def test_auto_keeps_onnxruntime_on_a_cpu_without_native_bf16(monkeypatch):
 
     monkeypatch.setattr(choice, "openvino_native_bf16", lambda: False)
     assert OCR().det_rt.name.startswith("onnxruntime")
+
+
+def test_openvino_release_while_another_thread_infers():
+    """The pipelined CPU reader recognises page group N (and first gives detection's buffers
+    back) while its detector thread runs page N+1: OpenVINO refused ("release_memory() on a
+    compiled model in a busy state") and the whole read_many failed, on any machine where the
+    pipeline runs OpenVINO (found 2026-12-04 with pipeline.enabled=true on the 2-core VM)."""
+    import threading
+    import time
+
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.factory import open_onnx
+
+    ov = open_onnx(resolve_models("ppocrv6-small").det, RuntimeConfig(backend="openvino"))
+    x = np.random.default_rng(0).random((1, 3, 640, 640), np.float32)
+    ov.run(x)
+    stop, started, errors = threading.Event(), threading.Event(), []
+
+    def infer() -> None:
+        try:
+            while not stop.is_set():
+                started.set()
+                ov.run(x)
+        except Exception as e:  # noqa: BLE001 - the test reports it
+            errors.append(e)
+
+    t = threading.Thread(target=infer)
+    t.start()
+    started.wait(30)
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # most of these land while the other thread infers
+            ov.release_memory()
+    except Exception as e:  # noqa: BLE001
+        errors.append(e)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+
+
+def test_openvino_pipelined_read_many_reads_like_serial(pages):
+    imgs = [p[0] for p in pages]
+    serial = list(OCR(runtime="openvino", det_limit_side=1280, **{"pipeline.enabled": False}).read_many(imgs))
+    piped = list(OCR(runtime="openvino", det_limit_side=1280, **{"pipeline.enabled": True}).read_many(imgs))
+    assert [[(ln.text, ln.poly) for ln in p.lines] for p in piped] == \
+        [[(ln.text, ln.poly) for ln in p.lines] for p in serial]
+    assert sum(len(p.lines) for p in piped) > 0

@@ -45,16 +45,28 @@ class OpenVinoRuntime:
         self.device = "cpu"
         self.name = f"openvino[CPU,{computed}]"
         self._local = threading.local()
+        self._busy = 0  # infer requests running now (any thread)
+        self._busy_lock = threading.Lock()
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         req = getattr(self._local, "req", None)
         if req is None:
             req = self._local.req = self.compiled.create_infer_request()
-        req.infer({0: np.ascontiguousarray(batch, dtype=np.float32)})
-        # the request's output buffer is reused by its next call: copy it out
-        return np.array(req.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            req.infer({0: np.ascontiguousarray(batch, dtype=np.float32)})
+            # the request's output buffer is reused by its next call: copy it out
+            return np.array(req.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
 
     def release_memory(self) -> None:
         """Give back the buffers of the shapes run so far (detection does this before
-        recognition starts: a 2048x1472 page holds ~490 MiB in them)."""
-        self.compiled.release_memory()
+        recognition starts: a 2048x1472 page holds ~490 MiB in them). Skipped while another
+        thread infers (the pipelined reader detects the next pages meanwhile): OpenVINO refuses
+        to release a busy model, and the next group's release gets the buffers back."""
+        with self._busy_lock:  # no run starts while the buffers are released
+            if self._busy == 0:
+                self.compiled.release_memory()
