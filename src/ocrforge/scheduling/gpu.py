@@ -63,6 +63,9 @@ from ocrforge.stages.detect import DetInput, DetMapsPost
 from ocrforge.stages.recognize import CTCHeadPost
 
 Decode = Callable[[Any], Iterable[PageImage]]
+# an item of run()'s input: "nothing more for now", so pages held back for decoding ahead go to
+# the device at once (a stream of requests, scheduling/gpu_stream.py)
+FLUSH = object()
 
 
 def page_buckets_for(limit: int, fractions: list[tuple[float, float]]) -> list[tuple[int, int]]:
@@ -507,6 +510,9 @@ class GpuScheduler:
             for item in items:
                 if stop.is_set():
                     return
+                if item is FLUSH:
+                    flush(0)
+                    continue
                 window.append(decoders.submit(self.decode_item, item))
                 flush(self.max_inflight // 2 - 1)
             flush(0)

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from ocrforge.engine import OCR
 
 EngineKey = tuple[int, bool]  # (det_limit_side bucket, use_cls)
+STREAM_WORKERS = 8  # batch workers per engine that feeds a GPU stream (Batcher.stream_workers)
+
 __all__ = ["Batcher", "EngineKey", "Job", "Overloaded", "Stopped", "run_engine"]
 
 
@@ -95,6 +97,18 @@ def run_engine(engine: OCR, pages: list[PageImage], key: EngineKey,
     return engine.ocr_images(pages, opts)
 
 
+def run_stream(stream: Any, pages: list[PageImage]) -> list[Page]:
+    """One batch through a long-lived GPU stream (scheduling/gpu_stream.py): the pages join
+    whatever the other workers' batches have in flight there."""
+    futs = [stream.submit(p.image) for p in pages]
+    out = [f.result() for f in futs]
+    for src, page in zip(pages, out, strict=True):
+        if page.error:
+            raise RuntimeError(f"{src.source}: {page.error}")
+        page.source, page.page_index = src.source, src.index
+    return out
+
+
 class Batcher:
     """Dynamic batcher over one or more engines (one worker thread each)."""
 
@@ -122,6 +136,14 @@ class Batcher:
         self._slots = asyncio.Semaphore(self.max_decoded_pages)
         self._on_batch = on_batch
         self.gpu_pipeline = gpu_pipeline
+        # batches in flight per torch engine whose batches go to a GPU stream: its scheduler
+        # batches across them, so one waiting worker must not leave the device idle
+        self.stream_workers = STREAM_WORKERS
+        self._streams: dict[tuple[int, int], Any] = {}
+        self._streams_lock = threading.Lock()
+        if max_decoded_pages is None and any(self.streaming(e) for e in engines):
+            self.max_decoded_pages = 2 * self.max_batch_pages * self.stream_workers * len(engines)
+            self._slots = asyncio.Semaphore(self.max_decoded_pages)
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
         self._incoming = 0  # admitted jobs that may still put pages
@@ -151,10 +173,30 @@ class Batcher:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         for i, eng in enumerate(self.engines):
-            t = threading.Thread(target=self._worker, args=(i, eng), name=f"ocrforge-engine-{i}",
-                                 daemon=True)
-            t.start()
-            self._threads.append(t)
+            for k in range(self.stream_workers if self.streaming(eng) else 1):
+                t = threading.Thread(target=self._worker, args=(i, eng),
+                                     name=f"ocrforge-engine-{i}" + (f"-{k}" if k else ""), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def streaming(self, engine: OCR) -> bool:
+        """Batches of this engine go to a long-lived GPU stream (``--gpu-pipeline``, torch)."""
+        return self.gpu_pipeline and engine.config.runtime.backend == "torch"
+
+    def _stream(self, engine: OCR, det_limit: int) -> Any:
+        from ocrforge.scheduling.gpu_stream import GpuStream
+
+        with self._streams_lock:
+            st = self._streams.get((id(engine), det_limit))
+            if st is None:
+                st = self._streams[(id(engine), det_limit)] = GpuStream(
+                    engine.gpu_scheduler(det_limit), ReadOptions(det_limit_side=det_limit))
+            return st
+
+    def _run(self, engine: OCR, pages: list[PageImage], key: EngineKey) -> list[Page]:
+        if self.streaming(engine) and not key[1]:  # the line classifier: the runner's path
+            return run_stream(self._stream(engine, key[0]), pages)
+        return run_engine(engine, pages, key)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Take no new requests, finish every admitted page, stop the workers. True if they
@@ -166,6 +208,10 @@ class Batcher:
         deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self._streams_lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for st in streams:
+            st.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
     # ------------------------------------------------------------------ requests
@@ -310,7 +356,7 @@ class Batcher:
             if j.started is None:
                 j.started = t0
         try:
-            pages = run_engine(engine, [it.page for it in batch], key, self.gpu_pipeline)
+            pages = self._run(engine, [it.page for it in batch], key)
             error: BaseException | None = None
         except BaseException as e:  # an engine failure fails this batch's requests, not the server
             pages, error = [], e

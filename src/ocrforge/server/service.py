@@ -104,6 +104,8 @@ def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
         "max_batch_ms": str(s.max_batch_ms),
         "queue_size": str(s.queue_size),
         "max_decoded_pages": str(batcher.max_decoded_pages),
+        # requests' pages join one long-lived run of the GPU scheduler (--gpu-pipeline, torch)
+        "gpu_stream": "on" if batcher.streaming(engines[0]) else "off",
     }
 
 

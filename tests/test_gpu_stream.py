@@ -1,0 +1,82 @@
+"""The GPU scheduler fed as a stream (scheduling/gpu_stream.py, what `ocrforge serve
+--gpu-pipeline` uses): pages submitted from several threads each come back to their own caller
+and read as one run of the same scheduler reads them; a lone page is not held back. Runs on
+the CPU (the scheduler's torch path), as the GPU parity tests do."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+import torch
+from serverkit import ServerProcess, text_image
+from test_core_paths import make_page
+
+from ocrforge import OCR
+from ocrforge.scheduling.gpu_stream import GpuStream
+
+
+@pytest.fixture(scope="module")
+def engine():
+    torch.set_num_threads(2)
+    return OCR(runtime="torch", device="cpu", det_limit_side=736)
+
+
+def _texts(page) -> list[str]:
+    return [ln.text for ln in page.lines]
+
+
+def test_stream_pages_from_many_threads_read_like_one_run(engine):
+    imgs = [make_page(i)[0] for i in range(6)]
+    sch = engine.gpu_scheduler()
+    ref = list(sch.run(imgs))
+    stream = GpuStream(sch)
+    got: dict = {}
+
+    def client(k: int) -> None:
+        for i in range(k, len(imgs), 3):
+            got[i] = stream.submit(imgs[i]).result(timeout=600)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # one page alone (nothing else queued): without the flush it waits for 63 more pages
+    lone = stream.submit(imgs[2]).result(timeout=300)
+    stream.close(60)
+    assert [_texts(got[i]) for i in range(len(imgs))] == [_texts(p) for p in ref]
+    assert sum(len(p.lines) for p in ref) > 100
+    assert _texts(lone) == _texts(ref[2])
+    with pytest.raises(RuntimeError, match="closed"):
+        stream.submit(imgs[0])
+
+
+def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path, engine):
+    pages = [text_image([f"Stream request {k} line {j}" for j in range(6)], width=1000) for k in range(4)]
+    srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", "--det-limit", "736", api_key=None,
+                        log_dir=tmp_path)
+    try:
+        srv.wait_ready(timeout=300)
+        assert httpx.get(srv.url + "/readyz").json()["gpu_stream"] == "on"
+        out: dict = {}
+
+        def request(k: int) -> None:
+            r = httpx.post(srv.url + "/v1/ocr", files={"file": (f"p{k}.png", pages[k])}, timeout=300)
+            out[k] = r
+
+        threads = [threading.Thread(target=request, args=(k,)) for k in range(len(pages))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        srv.stop()
+    ref = list(engine.gpu_scheduler().run(pages))
+    for k, r in out.items():
+        assert r.status_code == 200, r.text
+        (page,) = r.json()["pages"]
+        assert [ln["text"] for ln in page["lines"]] == _texts(ref[k]), k
+        assert f"Stream request {k} line 5" in r.json()["text"]
+    assert "Traceback" not in srv.log()
