@@ -291,6 +291,30 @@ def test_gpu_rec_graphs_keep_no_class_probabilities():
 
 @pytest.mark.gpu
 @cuda
+def test_gpu_captures_reuse_their_warm_up_memory():
+    """Every capture warmed its shape up on a new side stream; the caching allocator keeps
+    freed blocks per stream, so each capture's warm-up activations took fresh device memory.
+    Eight same-sized captures must reserve about what one does, not eight times as much."""
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    m = resolve_models("ppocrv6-small")
+    rt = TorchRuntime(build_native(m.model_set, "det", m.det),
+                      RuntimeConfig(backend="torch", device="cuda", torch_precision="fp16",
+                                    cuda_graphs=True))
+    torch.cuda.synchronize()
+    r0 = torch.cuda.memory_reserved()
+    rt.warmup([(4, 3, 1024, 1024)])
+    one = torch.cuda.memory_reserved() - r0
+    rt.warmup([(4, 3, 1024 - 32 * k, 1024) for k in range(1, 8)])  # a little smaller each
+    eight = torch.cuda.memory_reserved() - r0
+    assert rt.counts["captures"] == 8 and eight < 2.5 * one, (one, eight)
+
+
+@pytest.mark.gpu
+@cuda
 def test_gpu_graph_capture_survives_host_pinning_in_other_threads():
     """The GPU scheduler's decoder threads pin host pages while its driver thread captures a
     new shape; in CUDA's global capture mode that invalidated the capture (the benchmark's host

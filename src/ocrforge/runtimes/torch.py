@@ -135,6 +135,12 @@ class TorchRuntime:
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
         self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
+        # one stream for every capture's warm-up and capture (as torch.cuda.graph's default
+        # capture stream): the caching allocator keeps freed blocks per stream, so warm-ups on a
+        # new stream each time (from a pool of 32) could not reuse each other's activations:
+        # likely why an engine held ~100 GB reserved for ~6 GB allocated on the H200 (not yet
+        # re-measured with this stream; test_gpu_captures_reuse_their_warm_up_memory)
+        self._capture_stream = torch.cuda.Stream(self.dev) if self.use_graphs else None
         self._pinned: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
 
@@ -175,7 +181,7 @@ class TorchRuntime:
 
     def _capture(self, x: torch.Tensor, fn: Any) -> tuple:
         static_in = x.clone()
-        s = torch.cuda.Stream(self.dev)
+        s = self._capture_stream
         s.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(s):
             for _ in range(2):  # warm-up: compilation, cuDNN/cuBLAS autotuning, allocations
