@@ -443,3 +443,28 @@ def test_gpu_scheduler_keeps_a_self_contradicting_page_like_the_runner(torch_cpu
     got = list(sch.run([page]))[0]
     assert got.rotation == 0 and sch.stats.pages_turned == 0
     assert torch_cpu_engine.read(page).rotation == 0
+
+
+def test_crop_lines_torch_splits_wide_lines_off_and_cuts_the_same(torch_cpu_engine):
+    """A page with one very wide line among narrow ones held every line padded to the wide
+    line's width on the device (crops were the largest live item after the fix of the rec
+    graphs' outputs, H200 2026-12-04); the lines now go in two groups, each line cut the same."""
+    from ocrforge.stages.crop import crop_lines_torch
+
+    rng = np.random.default_rng(4)
+    img = torch.from_numpy(rng.integers(0, 256, (3, 400, 3200), dtype=np.uint8))
+    quads = [np.array([[10, 10], [3150, 12], [3150, 42], [10, 40]], np.float32)]
+    quads += [np.array([[20 + 30 * i, 60 + 15 * i], [220 + 30 * i, 60 + 15 * i],
+                        [220 + 30 * i, 88 + 15 * i], [20 + 30 * i, 88 + 15 * i]], np.float32)
+              for i in range(20)]
+    rp = torch_cpu_engine.runner.rec_prep
+    split = crop_lines_torch(img, np.stack(quads), rp, torch.float32)
+    whole = crop_lines_torch(img, np.stack(quads), rp, torch.float32, split=False)
+    tensors = {id(c): c for _, _, c, _, _ in split}
+    assert len(tensors) == 2 and len({id(c) for _, _, c, _, _ in whole}) == 1
+    assert sum(t.numel() for t in tensors.values()) < 0.2 * whole[0][2].numel()
+    by_line = {li: (wb, c, row, tw) for li, wb, c, row, tw in whole}
+    for li, wb, c, row, tw in split:
+        wb2, c2, row2, tw2 = by_line[li]
+        assert (wb, tw) == (wb2, tw2) and c.shape[3] >= wb
+        assert torch.equal(c[row, :, :, :wb], c2[row2, :, :, :wb]), li

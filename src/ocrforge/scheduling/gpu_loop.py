@@ -219,9 +219,8 @@ class DriverLoop:
         t0 = time.perf_counter()
         p.texts = [None] * len(p.quads)
         p.pending = len(p.quads)
-        crops, rows = crop_lines_torch(p.img, np.stack(p.quads), self.runner.rec_prep,
-                                       self.sch.rec.dtype)
-        for li, wb, row, tw in rows:
+        for li, wb, crops, row, tw in crop_lines_torch(p.img, np.stack(p.quads), self.runner.rec_prep,
+                                                       self.sch.rec.dtype):
             self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
         p.img = None
         self.stats.crop_s += time.perf_counter() - t0

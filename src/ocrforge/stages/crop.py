@@ -33,35 +33,58 @@ def line_sizes(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return w, h, h / w >= VERTICAL_RATIO
 
 
-def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any,
-                     mode: str = "bicubic") -> tuple[Any, list[tuple[int, int, int]]]:
+def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any, mode: str = "bicubic",
+                     split: bool = True) -> list[tuple[int, int, Any, int, int]]:
     """Device-side twin of crop_quad + RecPreprocessor for all lines of one page at once.
 
-    ``img`` is the page as a 3 x H x W uint8 tensor; returns a (k, 3, 48, Wmax) tensor of
-    normalised lines (zero right of each line's text width), rows sorted by bucket width so the
-    lines of one bucket are contiguous, and [(line index, bucket width, row, text width)] (the
-    text width in network pixels: the line's content before its zero padding)."""
+    ``img`` is the page as a 3 x H x W uint8 tensor. Returns, per line, (line index, bucket
+    width, crops, row, text width): ``crops[row]`` is the line as a 3 x 48 x W tensor of
+    normalised pixels (zero right of its text width, in network pixels), W at least the bucket
+    width. Lines go out in one grid_sample per group; rows are sorted by bucket width. A page
+    with a few wide lines among many narrow ones is cut in two groups (``split``), narrow and
+    wide, so the narrow lines are not padded to the widest one's width in device memory."""
+    w, h, vert = line_sizes(quads)
+    cw_, ch_ = np.where(vert, h, w), np.where(vert, w, h)  # size of the (turned) crop
+    tws = np.array([rec.text_width(int(a), int(b)) for a, b in zip(ch_, cw_, strict=True)])
+    buckets = np.array([rec.bucket(int(t)) for t in tws])
+    order = np.argsort(buckets, kind="stable")
+    cut = _width_split(buckets[order]) if split else 0
+    out = []
+    for group in ((order[:cut], order[cut:]) if cut else (order,)):
+        crops = _sample_lines(img, quads[group], w[group], h[group], vert[group], tws[group],
+                              int(buckets[group].max()), rec, dtype, mode)
+        out += [(int(li), int(buckets[li]), crops, row, int(tws[li])) for row, li in enumerate(group)]
+    return out
+
+
+def _width_split(widths: np.ndarray) -> int:
+    """Where to cut lines sorted by bucket width into a narrow and a wide group (0: keep one),
+    when that saves at least 40 % of the line pixels held (k x widest)."""
+    k = len(widths)
+    if k < 2:
+        return 0
+    cells = np.arange(1, k) * widths[:-1] + (k - np.arange(1, k)) * widths[-1]
+    best = int(np.argmin(cells))
+    return best + 1 if cells[best] < 0.6 * k * widths[-1] else 0
+
+
+def _sample_lines(img: Any, quads: np.ndarray, w: np.ndarray, h: np.ndarray, vert: np.ndarray,
+                  tws: np.ndarray, wmax: int, rec: Any, dtype: Any, mode: str) -> Any:
+    """The lines (k x 4 x 2 quads) of the page as one (k, 3, 48, wmax) tensor (one grid_sample)."""
     import torch
     import torch.nn.functional as F
 
     _, H, W = img.shape
     hs = rec.height
-    w, h, vert = line_sizes(quads)
-    mats = perspective_batch(w, h, quads)  # crop pixel -> page pixel, k x 3 x 3
-    cw_, ch_ = np.where(vert, h, w), np.where(vert, w, h)  # size of the (turned) crop
-    tws = np.array([rec.text_width(int(a), int(b)) for a, b in zip(ch_, cw_, strict=True)])
-    buckets = np.array([rec.bucket(int(t)) for t in tws])
-    order = np.argsort(buckets, kind="stable")
-    k = len(order)
-    wmax = int(buckets.max())
+    k = len(quads)
     dev = img.device
 
     def to_dev(a: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
         return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
 
-    m = to_dev(mats[order])
-    info = to_dev(np.stack([w, h, tws, vert], axis=1)[order])
+    m = to_dev(perspective_batch(w, h, quads))  # crop pixel -> page pixel, k x 3 x 3
+    info = to_dev(np.stack([w, h, tws, vert], axis=1))
     w_, h_, tw_, v_ = (info[:, i].view(k, 1, 1) for i in range(4))
     u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
     vv = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
@@ -78,7 +101,7 @@ def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any,
     sx = (mm[0] * cx + mm[1] * cy + mm[2]) / den
     sy = (mm[3] * cx + mm[4] * cy + mm[5]) / den
     grid = torch.stack([(2 * sx + 1) / W - 1, (2 * sy + 1) / H - 1], dim=-1)
-    # all lines of the page in one call: their grids stacked vertically (1 x k*48 x Wmax)
+    # all lines of the group in one call: their grids stacked vertically (1 x k*48 x wmax)
     src = img.unsqueeze(0).float()
     crops = F.grid_sample(src, grid.reshape(1, k * hs, wmax, 2), mode=mode,
                           padding_mode="border", align_corners=False)
@@ -87,8 +110,7 @@ def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any,
     crops = crops.view(3, k, hs, wmax).transpose(0, 1)
     crops = (crops * float(rec.scale) + float(rec.offset))
     crops = crops * (u < tw_).unsqueeze(1).to(crops.dtype)  # zero right of the text
-    crops = crops.to(dtype).contiguous()
-    return crops, [(int(li), int(buckets[li]), row, int(tws[li])) for row, li in enumerate(order)]
+    return crops.to(dtype).contiguous()
 
 
 def perspective_batch(w: np.ndarray, h: np.ndarray, quads: np.ndarray) -> np.ndarray:
