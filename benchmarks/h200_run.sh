@@ -10,6 +10,9 @@
 #   .devset the labeled dev set
 # Usage: bash benchmarks/h200_run.sh OUTDIR [gpu_bench sections] [e2e configs]
 #   env: PRE (a probe command), SKIP_TESTS=1, TESTS='pytest args, e.g. -k "a or b" files', BUDGET_S (bench sections started after it are skipped)
+#        SERVE='server args;server args' (after the bench: benchmarks/load_test.py's sweep at
+#        concurrency SERVE_CONC, default 1,8,32,64, on the dev images, once per argument set,
+#        e.g. SERVE="--runtime torch --device cuda --precision fp16;--runtime torch --device cuda --precision fp16 --gpu-pipeline")
 set -uo pipefail
 out=${1:?output folder}
 sections=${2:-e2e}
@@ -33,3 +36,15 @@ timeout "${BENCH_TIMEOUT:-480}" python3 benchmarks/gpu_bench.py --model-dir .mod
   --e2e-configs "$configs" --budget-s "${BUDGET_S:-420}" --out "$out/gpu_bench.json" \
   ${BENCH_ARGS:-} 2>&1 | tee "$out/gpu_bench.log" | tail -80
 python3 benchmarks/gpu_summary.py "$out/gpu_bench.json" | tee "$out/summary.md"
+if [ -n "${SERVE:-}" ]; then
+  k=0
+  IFS=';' read -ra serve_sets <<< "$SERVE"
+  for sargs in "${serve_sets[@]}"; do
+    k=$((k + 1))
+    echo "== serving $k: $sargs"
+    timeout "${SERVE_TIMEOUT:-240}" python3 benchmarks/load_test.py --images .devset/images \
+      --scenarios sweep --concurrency "${SERVE_CONC:-1,8,32,64}" --requests "${SERVE_REQUESTS:-256}" \
+      --warmup 64 --max-seconds 60 --server-args "$sargs" --out "$out/serve$k.json" \
+      --markdown "$out/serve$k.md" 2>&1 | tail -20
+  done
+fi
