@@ -53,6 +53,28 @@ def test_stream_pages_from_many_threads_read_like_one_run(engine):
         stream.submit(imgs[0])
 
 
+def test_a_failed_run_fails_its_waiting_pages_and_the_stream(engine, monkeypatch):
+    sch = engine.gpu_scheduler()
+    real = sch.run
+
+    def failing_run(items, options=None):
+        for k, page in enumerate(real(items, options)):
+            if k == 1:
+                raise RuntimeError("device lost")
+            yield page
+
+    monkeypatch.setattr(sch, "run", failing_run)
+    stream = GpuStream(sch)
+    img = make_page(3)[0]
+    first, second = stream.submit(img), stream.submit(img)
+    assert first.result(timeout=300).lines
+    with pytest.raises(RuntimeError, match="device lost"):
+        second.result(timeout=300)
+    assert not stream.alive
+    with pytest.raises(RuntimeError, match="closed"):
+        stream.submit(img)
+
+
 def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path, engine):
     pages = [text_image([f"Stream request {k} line {j}" for j in range(6)], width=1000) for k in range(4)]
     srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", "--det-limit", "736", api_key=None,

@@ -26,6 +26,7 @@ from ocrforge.config import ReadOptions
 from ocrforge.scheduling.gpu import FLUSH, GpuScheduler
 
 _CLOSE = object()
+_IDLE_S = 0.1  # how often an idle stream hands control back to the run's producer
 
 
 class GpuStream:
@@ -38,6 +39,11 @@ class GpuStream:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="ocrforge-gpu-stream", daemon=True)
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """False once closed or once its run failed (a new stream is then needed)."""
+        return not self._closed
 
     def submit(self, image: Any) -> Future:
         """One page (an image array or anything that decodes to exactly one page)."""
@@ -64,7 +70,12 @@ class GpuStream:
                 item = self._q.get_nowait()
             except queue.Empty:
                 yield FLUSH  # nothing more queued now: what is in hand goes to the device
-                item = self._q.get()
+                try:
+                    item = self._q.get(timeout=_IDLE_S)
+                except queue.Empty:
+                    # FLUSH again: the run's producer looks for a stop between items, so a
+                    # failed run can end its threads instead of waiting here for a page
+                    continue
             if item is _CLOSE:
                 return
             yield item

@@ -188,7 +188,7 @@ class Batcher:
 
         with self._streams_lock:
             st = self._streams.get((id(engine), det_limit))
-            if st is None:
+            if st is None or not st.alive:  # a failed run fails its own pages, not the server
                 st = self._streams[(id(engine), det_limit)] = GpuStream(
                     engine.gpu_scheduler(det_limit), ReadOptions(det_limit_side=det_limit))
             return st
