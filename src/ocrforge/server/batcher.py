@@ -78,23 +78,16 @@ class _Item:
     enqueued: float
 
 
-def run_engine(engine: OCR, pages: list[PageImage], key: EngineKey,
-               gpu_pipeline: bool = False) -> list[Page]:
-    """One batch through the engine's public API with this request's options; on CUDA with
-    the torch runtime optionally through the engine's GPU scheduler (one per det-limit bucket)."""
+def run_engine(engine: OCR, pages: list[PageImage], key: EngineKey) -> list[Page]:
+    """One batch through the engine's public API with this request's options."""
     det_limit, use_cls = key
-    opts = ReadOptions(det_limit_side=det_limit, use_cls=use_cls)
-    cfg = engine.config
-    if gpu_pipeline and cfg.runtime.backend == "torch" and cfg.runtime.on_gpu and not use_cls:
-        out = list(engine.read_many([p.image for p in pages], options=opts))
-        if len(out) != len(pages):
-            raise RuntimeError(f"GPU scheduler returned {len(out)} pages for {len(pages)}")
-        for src, page in zip(pages, out, strict=True):
-            if page.error:
-                raise RuntimeError(f"{src.source}: {page.error}")
-            page.source, page.page_index = src.source, src.index
-        return out
-    return engine.ocr_images(pages, opts)
+    return engine.ocr_images(pages, ReadOptions(det_limit_side=det_limit, use_cls=use_cls))
+
+
+def streams_to_gpu(engine: OCR, gpu_pipeline: bool) -> bool:
+    """Whether the server feeds this engine's pages to a long-lived GPU scheduler run
+    (``--gpu-pipeline``, runtime torch) rather than ``run_engine``."""
+    return gpu_pipeline and engine.config.runtime.backend == "torch"
 
 
 def run_stream(stream: Any, pages: list[PageImage]) -> list[Page]:
@@ -181,7 +174,7 @@ class Batcher:
 
     def streaming(self, engine: OCR) -> bool:
         """Batches of this engine go to a long-lived GPU stream (``--gpu-pipeline``, torch)."""
-        return self.gpu_pipeline and engine.config.runtime.backend == "torch"
+        return streams_to_gpu(engine, self.gpu_pipeline)
 
     def _stream(self, engine: OCR, det_limit: int) -> Any:
         from ocrforge.scheduling.gpu_stream import GpuStream

@@ -10,11 +10,12 @@ from typing import Any
 
 from fastapi import Request
 
+from ocrforge.config import ReadOptions
 from ocrforge.io.inputs import PageImage
 from ocrforge.runtimes.choice import cpu_backend
 from ocrforge.runtimes.cpu_budget import usable_cpus
 from ocrforge.server.admission import Admission, ByteBudget, page_units
-from ocrforge.server.batcher import Batcher, run_engine
+from ocrforge.server.batcher import Batcher, run_engine, streams_to_gpu
 from ocrforge.server.metrics import Metrics
 from ocrforge.server.settings import ServerSettings
 from ocrforge.version import __version__
@@ -74,15 +75,17 @@ def _open_engine(s: ServerSettings, dev: str, n_devices: int) -> tuple[Any, Any]
 
 
 def _warm_up(s: ServerSettings, eng: Any) -> float:
-    """Run the warm-up page twice; engine seconds per work unit of the second run."""
-    cfg = eng.config
-    if s.gpu_pipeline and cfg.runtime.backend == "torch" and cfg.runtime.device.startswith("cuda"):
-        eng.gpu_scheduler()  # buckets and CUDA graphs of the GPU scheduler
-    key = (cfg.det.limit_side, False)
+    """Run the warm-up page twice, by the path requests will take (the GPU scheduler that the
+    stream feeds, or ``run_engine``); engine seconds per work unit of the second run."""
+    key = (eng.config.det.limit_side, False)
     page = _warmup_image()
+    gpu = streams_to_gpu(eng, s.gpu_pipeline)
     for _ in range(2):
         t = time.perf_counter()
-        run_engine(eng, [page], key, s.gpu_pipeline)
+        if gpu:
+            list(eng.gpu_scheduler(key[0]).run([page.image], ReadOptions(det_limit_side=key[0])))
+        else:
+            run_engine(eng, [page], key)
     units = page_units(page.width, page.height, eng.det_shape(page.width, page.height))
     return (time.perf_counter() - t) / units
 

@@ -43,8 +43,8 @@ class ServerSettings:
     # a connection that has not sent a request's headers within this is closed (slowloris)
     header_timeout_s: float = 10.0
     warmup: bool = True
-    # torch runtime on CUDA: run batches through the engine's streaming GPU pipeline instead of
-    # ocr_images (off: measured on an H200, one GpuPipeline.run() per batch cost seconds)
+    # runtime torch: requests' pages join one long-lived run of the engine's GPU scheduler
+    # (scheduling/gpu_stream.py); off until measured on a GPU: each batch through ocr_images
     gpu_pipeline: bool = False
 
     def validate(self) -> None:
