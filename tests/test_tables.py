@@ -161,3 +161,41 @@ def test_a_sidebar_item_above_a_table_of_sidebar_and_pane_is_no_header():
     analyze(page)
     tops = [b.bbox[1] for b in page.blocks if b.table is not None]
     assert tops and min(tops) >= 195, tops
+
+
+def test_answer_choices_in_two_page_columns_are_no_table():
+    """A textbook page in two columns (the dev set's ``omni_jiaocaineedrop_Chapter9.pdf_46``):
+    the answer choices of one exercise in each column (``F 1/10  H 3/10``) sit at about the same
+    height, so rows of the two columns join and a false 3 x 5 table spans the page's gutter,
+    taking the choices out of their exercises' order. Stand-in boxes of that page: running text
+    above and below in each column, nothing crossing the gutter."""
+    lines = []
+
+    def add(text: str, x: float, y: float, w: float, h: float = 34) -> None:
+        lines.append(Line(text, [[x, y], [x + w, y], [x + w, y + h], [x, y + h]], 1.0))
+
+    for k, y in enumerate([1225, 1268]):
+        add(f"2. A cake is cut into ten equal pieces and line {k} of it", 125, y, 575)
+    for k, y in enumerate([1060, 1103]):
+        add(f"6. The table shows the number of bills line {k}", 861, y, 600)
+    for letter, x, y, num, den in [("F", 183, 1345, "1", "10"), ("H", 475, 1350, "3", "10"),
+                                   ("G", 183, 1433, "1", "5"), ("J", 475, 1435, "2", "5")]:
+        add(letter, x, y, 28)
+        add(num, x + 48, y - 14, 28, 31)
+        add(den, x + 48, y + 18, 28, 33)
+    for letter, x, y, num, den in [("F", 876, 1440, "5", "22"), ("H", 1163, 1439, "5", "11"),
+                                   ("G", 877, 1511, "3", "11"), ("J", 1169, 1511, "8", "11")]:
+        add(letter, x, y, 28)
+        add(num, x + 53, y - 13, 29, 31)
+        add(den, x + 45, y + 21, 46, 33)
+    for k, y in enumerate([1562, 1604, 1647]):
+        add(f"3. Natalie has washed the dishes line {k}", 125 + (k > 0) * 42, y, 590 - (k > 0) * 42)
+    for k, y in enumerate([1612, 1656, 1699]):
+        add(f"7. Clarence bought a can of nuts line {k}", 817 + (k > 0) * 44, y, 650)
+    page = Page(lines, 1700, 2178)
+    analyze(page)
+    tables = [(b.table.rows, b.table.cols) for b in page.blocks if b.table is not None]
+    assert tables == [], tables
+    # column order: the whole left column (its choices among its text), then the right one
+    sides = [ln.poly[0][0] > 800 for ln in page.lines]
+    assert sides == sorted(sides), [ln.text for ln in page.lines]

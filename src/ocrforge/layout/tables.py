@@ -149,10 +149,13 @@ def find_unruled_grids(boxes: np.ndarray, ids: Sequence[int], line_height: float
     above: list[int] = []  # the row just above the run, when that is no table row
 
     def close() -> None:
-        if len(run) >= 3:
-            g = _grid_of(boxes, run, h)
-            if g is not None and above and _heads(boxes, g, above, run, h):
-                g = _grid_of(boxes, [above, *run], h) or g
+        if len(run) < 3:
+            return
+        parts = split_at_gutters(boxes, run, h)
+        for part in parts:
+            g = _grid_of(boxes, part, h) if len(part) >= 3 else None
+            if g is not None and len(parts) == 1 and above and _heads(boxes, g, above, part, h):
+                g = _grid_of(boxes, [above, *part], h) or g
             if g is not None:
                 grids.append(g)
 
@@ -231,16 +234,63 @@ def _same_table(boxes: np.ndarray, run: list[list[int]], row: list[int], h: floa
     return True
 
 
-def _grid_of(boxes: np.ndarray, rows: list[list[int]], h: float) -> Grid | None:
-    units = [i for r in rows for i in r]
-    # columns: the gaps in the union of the units' x extents
-    order = sorted(units, key=lambda i: boxes[i, 0])
+GUTTER_NEAR = 6.0  # line heights above and below a table-like run searched for page columns
+LONG_LINE = 8.0  # line heights: a line this wide is running text, no cell
+
+
+def split_at_gutters(boxes: np.ndarray, run: list[list[int]], h: float) -> list[list[list[int]]]:
+    """``run``'s rows split where a gap between its columns is a gutter between two columns of
+    the page: no line near the run crosses it, running text lies on both sides of it, and fewer
+    than half of the rows have text on both sides (rows of two page columns that happen to share
+    a height; a table spanning the gutter fills both sides of most rows)."""
+    units = [i for r in run for i in r]
+    top, bottom = float(boxes[units, 1].min()), float(boxes[units, 3].max())
+    inside = set(units)
+    near = [i for i in range(len(boxes)) if i not in inside
+            and boxes[i, 3] > top - GUTTER_NEAR * h and boxes[i, 1] < bottom + GUTTER_NEAR * h]
+    long = [i for i in near if boxes[i, 2] - boxes[i, 0] >= LONG_LINE * h]
+    segs = _columns(boxes, units, h)
+    for a, b in zip(segs, segs[1:], strict=False):
+        x = _free_x(boxes[near], a[1], b[0], 0.25 * h)
+        if x is None or not any(boxes[i, 2] <= x for i in long) or not any(boxes[i, 0] >= x for i in long):
+            continue
+        left = [[i for i in r if boxes[i, 2] <= x] for r in run]
+        right = [[i for i in r if boxes[i, 0] >= x] for r in run]
+        if sum(bool(lt) and bool(rt) for lt, rt in zip(left, right, strict=True)) >= 0.5 * len(run):
+            continue
+        return [p for side in (left, right) for p in split_at_gutters(boxes, [r for r in side if r], h)]
+    return [run]
+
+
+def _free_x(spans: np.ndarray, lo: float, hi: float, need: float) -> float | None:
+    """The middle of the widest stretch of ``(lo, hi)`` that no span ``[x0, _, x1, _]`` covers,
+    if it is at least ``need`` wide."""
+    best, at = need, None
+    x = lo
+    for x0, x1 in sorted((float(s[0]), float(s[2])) for s in spans if s[2] > lo and s[0] < hi):
+        if x0 - x >= best:
+            best, at = x0 - x, (x + x0) * 0.5
+        x = max(x, x1)
+    if hi - x >= best:
+        at = (x + hi) * 0.5
+    return at
+
+
+def _columns(boxes: np.ndarray, units: list[int], h: float) -> list[list[float]]:
+    """The x extents of a table's columns: the union of the units' x extents, split at gaps of
+    half a line height or more."""
     segs: list[list[float]] = []
-    for i in order:
+    for i in sorted(units, key=lambda i: boxes[i, 0]):
         if segs and boxes[i, 0] < segs[-1][1] + 0.5 * h:
             segs[-1][1] = max(segs[-1][1], boxes[i, 2])
         else:
             segs.append([boxes[i, 0], boxes[i, 2]])
+    return segs
+
+
+def _grid_of(boxes: np.ndarray, rows: list[list[int]], h: float) -> Grid | None:
+    units = [i for r in rows for i in r]
+    segs = _columns(boxes, units, h)
     if len(segs) < 2 or (len(segs) == 2 and len(rows) < 4):
         return None
     # most rows must put their pieces into different columns, two or more of them
