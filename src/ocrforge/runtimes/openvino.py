@@ -33,8 +33,10 @@ class OpenVinoRuntime:
         threads = cfg.intra_op_threads or default_threads()  # the CPU quota too, not only the set
         if threads:
             props["INFERENCE_NUM_THREADS"] = threads
-        if os.environ.get("OCRFORGE_OV_CACHE"):  # for measuring other capacities
-            props["CPU_RUNTIME_CACHE_CAPACITY"] = int(os.environ["OCRFORGE_OV_CACHE"])
+        # for measuring other capacities: all networks, or one (OCRFORGE_OV_CACHE_REC for rec.onnx)
+        for var in ("OCRFORGE_OV_CACHE", "OCRFORGE_OV_CACHE_" + self.path.stem.upper()):
+            if os.environ.get(var):
+                props["CPU_RUNTIME_CACHE_CAPACITY"] = int(os.environ[var])
         if cfg.openvino_precision != "auto":
             props["INFERENCE_PRECISION_HINT"] = cfg.openvino_precision
         core = ov.Core()
