@@ -49,7 +49,9 @@ def wrap(rt, name: str, pad) -> None:
         xp = pad(x)
         SHAPES.add((name, xp.shape))
         y = run(xp)
-        return y[: x.shape[0]] if name == "rec" else y[:, :, : x.shape[2], : x.shape[3]]
+        if name == "det":
+            return y[:, :, : x.shape[2], : x.shape[3]]
+        return tuple(a[: x.shape[0]] for a in y) if isinstance(y, tuple) else y[: x.shape[0]]
 
     rt.run = padded
 

@@ -68,7 +68,12 @@ class OCR:
         rc = cfg.runtime
         if rc.shrink_arena is None:
             rc = rc.model_copy(update={"shrink_arena": role != "det"})
-        return open_onnx(path, rc, precision=precision, threads=threads)
+        # recognition: only the CTC argmax, its score and the space class leave the network
+        top1 = None
+        if role == "rec":
+            chars = self.models.characters()
+            top1 = (chars.index(" "),) if " " in chars else ()
+        return open_onnx(path, rc, precision=precision, threads=threads, top1=top1)
 
     # ------------------------------------------------------------------ layout switch
     @property

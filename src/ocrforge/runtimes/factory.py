@@ -15,13 +15,16 @@ from ocrforge.runtimes.choice import cpu_backend
 
 
 def open_onnx(path: Path, settings: RuntimeConfig, *, precision: str = "fp32",
-              threads: int | None = None) -> Runtime:
+              threads: int | None = None, top1: tuple[int, ...] | None = None) -> Runtime:
+    """``top1``: where the runtime can (OpenVINO), ``run`` returns the top-1 index and value
+    along the output's last axis plus these columns of it, not the whole output (which ONNX
+    Runtime still returns: callers take both)."""
     if threads is not None:
         settings = settings.model_copy(update={"intra_op_threads": threads})
     if cpu_backend(settings, precision) == "openvino":
         from ocrforge.runtimes.openvino import OpenVinoRuntime
 
-        return OpenVinoRuntime(path, settings, precision)
+        return OpenVinoRuntime(path, settings, precision, top1=top1)
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
     return OrtRuntime(path, settings, precision)

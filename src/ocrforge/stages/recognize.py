@@ -119,10 +119,20 @@ class CTCDecoder:
                        if all(len(c) == 1 for c in characters[1:]) else None)
         self.space_index = characters.index(" ") if " " in characters else None
 
-    def __call__(self, probs: np.ndarray) -> list[tuple[str, float]]:
-        """probs: BxTxC softmax output -> (text, mean confidence of the kept characters)."""
-        idx = probs.argmax(axis=2)
-        conf = np.take_along_axis(probs, idx[..., None], axis=2)[..., 0]
+    def head(self, out: np.ndarray | tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(argmax class, its probability, the space class's probability) per step, from the
+        network's output: the B x T x C probabilities, or what a runtime opened with ``top1``
+        returns (indices, probabilities[, space column])."""
+        if isinstance(out, tuple):
+            return out[0], out[1], out[2] if len(out) > 2 else None
+        idx = out.argmax(axis=2)
+        conf = np.take_along_axis(out, idx[..., None], axis=2)[..., 0]
+        return idx, conf, out[:, :, self.space_index] if self.space_index is not None else None
+
+    def __call__(self, probs: np.ndarray | tuple) -> list[tuple[str, float]]:
+        """probs: BxTxC softmax output (or its ``head``) -> (text, mean confidence of the kept
+        characters)."""
+        idx, conf, _ = self.head(probs)
         return self.collapse(idx, conf)
 
     def collapse(self, idx: np.ndarray, conf: np.ndarray) -> list[tuple[str, float]]:
@@ -148,14 +158,12 @@ class CTCDecoder:
             out.append(("".join(self.characters[chars]), float(conf[b][k].mean())))
         return out
 
-    def decode_steps(self, probs: np.ndarray, content_widths: list[int] | np.ndarray,
+    def decode_steps(self, probs: np.ndarray | tuple, content_widths: list[int] | np.ndarray,
                      batch_width: int) -> list[CharSteps]:
         """``__call__`` plus character steps: ``content_widths`` are the crops' widths in network
         pixels before right-padding to ``batch_width`` (``RecPreprocessor.target_width``)."""
-        idx = probs.argmax(axis=2)
-        conf = np.take_along_axis(probs, idx[..., None], axis=2)[..., 0]
-        space = probs[:, :, self.space_index] if self.space_index is not None else None
-        T = probs.shape[1]
+        idx, conf, space = self.head(probs)
+        T = idx.shape[1]
         cs = np.minimum(np.asarray(content_widths, np.float64), batch_width) * T / batch_width
         return self.collapse_steps(idx, conf, space, cs)
 
