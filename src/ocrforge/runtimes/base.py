@@ -10,7 +10,8 @@ import numpy as np
 
 @runtime_checkable
 class Runtime(Protocol):
-    """Runs one network: a float32 NCHW batch in, the first output as float32 out."""
+    """Runs one network: a float32 NCHW batch in, the first output as float32 out (opened with
+    ``factory.open_onnx(..., top1=...)``, an OpenVINO runtime returns its top-1 tuple instead)."""
 
     name: str
     precision: str
