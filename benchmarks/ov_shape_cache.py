@@ -3,7 +3,7 @@ of distinct network input shapes and peak RSS as one JSON line (quiet machine on
 settings one after another, alternating, to compare them).
 
     [OCRFORGE_OV_CACHE=N | OCRFORGE_OV_CACHE_REC=N | OCRFORGE_OV_CACHE_DET=N] [RECPAD=1] \\
-        [DETPAD=128] python benchmarks/ov_shape_cache.py DATASET [section.key=value ...]
+        [DETPAD=128] [DET_ORT=1] python benchmarks/ov_shape_cache.py DATASET [section.key=value ...]
 
 RECPAD=1 pads each recognition batch to a power of two lines and DETPAD=Q each detector input to
 multiples of Q pixels (fewer distinct shapes for OpenVINO to prepare); outputs are cut back.
@@ -61,6 +61,11 @@ def main() -> None:
     imgs = [str(r.image) for r in recs]
     opts = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (a.split("=", 1) for a in sys.argv[2:])}
     eng = OCR(**opts)
+    if os.environ.get("DET_ORT"):  # detection in ONNX Runtime (no per-shape preparation)
+        from ocrforge.runtimes.factory import open_onnx
+
+        rc = eng.config.runtime.model_copy(update={"backend": "onnxruntime", "shrink_arena": False})
+        eng.runner.det_rt = open_onnx(eng.models.det, rc)
     wrap(eng.runner.rec_rt, "rec", pad_rec)
     wrap(eng.runner.det_rt, "det", pad_det)
     list(eng.read_many(imgs[:2]))
@@ -68,7 +73,7 @@ def main() -> None:
     pages = list(eng.read_many(imgs))
     el = time.perf_counter() - t0
     sc = score_pages(recs, pages)["overall"]
-    env = {k: v for k, v in os.environ.items() if k.startswith("OCRFORGE_OV_CACHE") or k in ("RECPAD", "DETPAD")}
+    env = {k: v for k, v in os.environ.items() if k.startswith("OCRFORGE_OV_CACHE") or k in ("RECPAD", "DETPAD", "DET_ORT")}
     print(json.dumps({"opts": opts, "env": env, "pages_s": round(len(imgs) / el, 3),
                       "cer": round(100 * sc["cer"], 2), "aligned": round(100 * sc["cer_aligned"], 2),
                       "det_f1": round(100 * sc["det_f1"], 2), "shapes": len(SHAPES),
