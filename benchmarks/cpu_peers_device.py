@@ -138,12 +138,15 @@ def run_lane(lane: int, workers: dict[str, Any], paths: list[str], n_chunks: int
              res: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
     """Warm-up, then every chunk through every engine in rotated order; results into res."""
     names = list(workers)
+    from ocrforge.config import PipelineConfig
+
+    bp = PipelineConfig().batch_pages  # the engine's default (peers ignore it)
     for n in names:
-        workers[n].call("warmup", paths=warm, batch_pages=4, batch=False)
+        workers[n].call("warmup", paths=warm, batch_pages=bp, batch=False)
     for k, chunk in enumerate(chunks_of(paths, n_chunks)):
         rot = (k + lane) % len(names)
         for n in names[rot:] + names[:rot]:
-            r = workers[n].call("throughput", paths=chunk, batch_pages=4, want_pages=True)
+            r = workers[n].call("throughput", paths=chunk, batch_pages=bp, want_pages=True)
             with lock:
                 slot = res[n]
                 if not r.get("ok"):

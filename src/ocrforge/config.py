@@ -140,7 +140,10 @@ class PipelineConfig(_Section):
     enabled: bool | None = None
     workers: int = Field(2, ge=1)  # CPU threads for decode and post-processing
     queue_size: int = Field(8, ge=2)  # pages in flight between stages (bounds memory)
-    batch_pages: int = Field(4, ge=1)  # pages whose lines are recognised together
+    # pages whose lines are recognised together: fuller recognition batches and fewer distinct
+    # shapes for OpenVINO to prepare; 16 against 4, quiet 2-core VM, 2026-12-04: synth 5150
+    # +9/+12 %, dev +6/+10 %, held-out synth 90124 +9 %, same text, peak RSS +20 to +130 MiB
+    batch_pages: int = Field(16, ge=1)
     # return freed heap to the system after each page group (glibc malloc_trim): without it a
     # long A4 PDF grew ~3 MB a page (scheduling/heap.py, docs/BENCHMARKS.md "Memory")
     trim_heap: bool = True
