@@ -16,6 +16,7 @@ from ocrforge.models.registry import resolve_models
 from ocrforge.result import Page
 from ocrforge.runtimes.base import Runtime
 from ocrforge.runtimes.factory import open_onnx, open_torch
+from ocrforge.stages.recognize import space_class
 
 if TYPE_CHECKING:
     from ocrforge.scheduling.multi_device import DevicePool
@@ -71,8 +72,8 @@ class OCR:
         # recognition: only the CTC argmax, its score and the space class leave the network
         top1 = None
         if role == "rec":
-            chars = self.models.characters()
-            top1 = (chars.index(" "),) if " " in chars else ()
+            space = space_class(self.models.characters())
+            top1 = () if space is None else (space,)
         return open_onnx(path, rc, precision=precision, threads=threads, top1=top1)
 
     # ------------------------------------------------------------------ layout switch

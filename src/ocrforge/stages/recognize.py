@@ -111,13 +111,18 @@ def _torch() -> Any:
     return torch
 
 
+def space_class(characters: list[str]) -> int | None:
+    """Index of the space class in a CTC alphabet (None: the alphabet has none)."""
+    return characters.index(" ") if " " in characters else None
+
+
 class CTCDecoder:
     def __init__(self, characters: list[str]):
         self.characters = np.array(characters, dtype=object)
         # every class but the blank is one code point: decode a whole batch as one UTF-32 string
         self._codes = (np.array([ord(c) if len(c) == 1 else 0 for c in characters], np.uint32)
                        if all(len(c) == 1 for c in characters[1:]) else None)
-        self.space_index = characters.index(" ") if " " in characters else None
+        self.space_index = space_class(characters)
 
     def head(self, out: np.ndarray | tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(argmax class, its probability, the space class's probability) per step, from the
