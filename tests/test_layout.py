@@ -100,6 +100,27 @@ def test_receipt_rows_are_not_read_as_columns():
     assert page.text.split("\n") == [f"{n} {p}" for n, p in items]
 
 
+def test_receipt_totals_with_long_labels_are_rows_not_a_sidebar():
+    # dev page sroie_351 at its own resolution: a few labels of 12+ line heights made the label
+    # side look like running text, and the prices beside it were read as a column after it
+    h = 25
+    labels = ["Total Qty: 39.00", "Total Sales (Excluding GST)", "Discount", "Total GST",
+              "Rounding", "Total Sales (Inclusive of GST) :", "{4553 8800 9593 0119} VISA :",
+              "Change :", "Thank you", "Please come again"]
+    widths = [6.0, 12.5, 3.4, 4.2, 3.6, 13.1, 12.4, 3.2, 4.0, 6.5]
+    prices = ["616.59", "616.59", "0.00", "0.00", "0.01", "616.60", "616.60", "0.00"]
+    lines = []
+    for k, (text, w) in enumerate(zip(labels, widths, strict=True)):
+        y = 40 + 36 * k
+        x1 = 20 + w * h
+        lines.append(Line(text, [[20, y], [x1, y], [x1, y + h], [20, y + h]], 1.0))
+        if k < len(prices):
+            lines.append(Line(prices[k], [[400, y], [470, y], [470, y + h], [400, y + h]], 1.0))
+    page = Page(list(reversed(lines)), 500, 440)
+    analyze(page)
+    assert page.text.split("\n")[:8] == [f"{t} {p}" for t, p in zip(labels, prices, strict=False)]
+
+
 def test_two_column_page_read_end_to_end(engine):
     left = ["Columns are read one", "after the other, from", "top to bottom, left", "column first of all."]
     right = ["The right column comes", "only after the left", "one has been read to", "its very last line."]

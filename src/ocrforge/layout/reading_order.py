@@ -245,8 +245,9 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
     A part of running text (several long lines, or lines of some length that fill it) is a column.
     A part of short lines is one too, unless its lines pair up row by row with a neighbouring part
     that is not long running text, and a narrow strip of short items (numbers, labels, menu
-    entries) only beside running text: short items beside paragraphs are a sidebar, beside other
-    short items they are a table.
+    entries) only beside running text: short items beside paragraphs are a sidebar (unless they pair up
+    with most of the paragraph's lines: amounts beside long labels), beside other short items they
+    are a table.
     """
     b, h = r.boxes, r.h
     lines = [r.lines(p) for p in parts]
@@ -273,10 +274,19 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
         near = [i for i in (k - 1, k + 1) if 0 <= i < len(lines)]
         if kind[k] < 0 and any(kind[i] < 2 for i in near):
             return False  # a strip of short items is a column only beside running text
+        if kind[k] < 0 and any(_row_partners(b[p], b[lines[i]]) for i in near):
+            return False  # amounts beside totals whose labels are long, not a sidebar
         others = [j for i in near if kind[i] < 2 for j in lines[i]]
         if _paired(b[p], b[others]) > 0.4 * len(p):
             return False
     return True
+
+
+def _row_partners(strip: np.ndarray, text: np.ndarray) -> bool:
+    """Whether nearly every line of a strip of short items shares a row with a line of the text
+    beside it, and most of that text's lines have one: a receipt's amounts beside their labels. A
+    sidebar or margin notes stand beside only a few lines of the paragraphs they accompany."""
+    return _paired(strip, text) >= 0.8 * len(strip) and _paired(text, strip) >= 0.5 * len(text)
 
 
 def _paired(a: np.ndarray, c: np.ndarray) -> int:
