@@ -61,15 +61,15 @@ def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], bo
     those of them outside its own block (else against ``body_height``). ``ems``: line_ems of
     the page's lines."""
     h = body_height
+    if ems is None:  # callers with several runs of lines on one page compute it once
+        ems = line_ems(boxes, texts)
     out: list[list[int]] = []
     for i in order:
-        if out and _continues(boxes, out[-1], i, h, line_gap):
+        if out and _continues(boxes, out[-1], i, h, line_gap, ems):
             out[-1].append(i)
         else:
             out.append([i])
     heights = boxes[:, 3] - boxes[:, 1]
-    if ems is None:  # callers with several runs of lines on one page compute it once
-        ems = line_ems(boxes, texts)
     text = np.zeros(len(boxes), bool)
     text[list(text_lines if text_lines is not None else [])] = True
     em_all = float(np.median(ems[list(order)])) if len(order) else 0.0
@@ -97,7 +97,8 @@ def _outside(values: np.ndarray, text: np.ndarray, blk: list[int], default: floa
     return float(np.median(values[others])) if others.any() else default
 
 
-def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: float) -> bool:
+def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: float,
+               ems: np.ndarray) -> bool:
     p = block[-1]
     a, b = boxes[p], boxes[i]
     ha, hb = a[3] - a[1], b[3] - b[1]
@@ -105,6 +106,8 @@ def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: 
         return True  # same row (e.g. an item and its price)
     if abs(ha - hb) > 0.3 * max(ha, hb):
         return False  # text size changes: title / body
+    if _size_changes(ha, hb, ems[p], ems[i]):
+        return False
     gap = b[1] - a[3]
     if gap < -0.5 * min(ha, hb) or gap > line_gap + 0.5 * h:
         return False
@@ -116,6 +119,18 @@ def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: 
     if b[0] < left - 1.2 * h and not (len(block) == 1 and b[0] >= left - 4.5 * h):
         return False  # starts left of the block, beyond a first-line indent
     return True
+
+
+def _size_changes(ha: float, hb: float, ea: float, eb: float) -> bool:
+    """A title over body text whose boxes differ by less than 30 % in height: a large title
+    split into word boxes is boxed tightly, body text with the detector's padding (a 40 px title
+    read 33 px tall over 27 px body lines). The font sizes (line_ems) must then differ by 1.4x,
+    the heights by 15 %, the same way round."""
+    if min(ha, hb, ea, eb) <= 0:
+        return False
+    big, small = (ha, hb) if ha >= hb else (hb, ha)
+    ebig, esmall = (ea, eb) if ha >= hb else (eb, ea)
+    return big >= 1.15 * small and ebig >= 1.4 * esmall
 
 
 # a title's line height or its font size (line_ems) against running text's: on the generated
