@@ -55,11 +55,12 @@ class ModelsConfig(_Section):
 
 class DetConfig(_Section):
     precision: Precision = "fp32"  # ONNX artifact variant (built by `ocrforge build`)
-    # measured on the dev set (docs/ACCURACY.md): a 2048 cap plus enlarging small pages
-    # towards a 736 px short side reads receipts and dense documents better than a 960 cap
+    # measured on the dev set (docs/ACCURACY.md): a 2048 cap reads dense documents better than
+    # a 960 cap; only small images (word crops, plates) are enlarged: enlarging every page under
+    # 736 px cost 9 % of 2-CPU speed on held-out pages for no CER (BENCHMARKS.md, 2026-12-04)
     limit_side: int = Field(2048, ge=32, le=8192)  # long side at most this (multiple of 32)
     limit_type: Literal["max", "min"] = "max"  # "min": short side at least limit (PaddleOCR)
-    min_side: int = Field(736, ge=0)  # "max" mode: enlarge pages whose short side is below ...
+    min_side: int = Field(320, ge=0)  # "max" mode: enlarge pages whose short side is below ...
     max_upscale: float = Field(1.6, ge=1.0)  # ... by at most this factor
     thresh: float | None = Field(None, gt=0, lt=1)  # None: the model set's constant
     box_thresh: float | None = Field(None, gt=0, lt=1)
