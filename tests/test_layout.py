@@ -121,6 +121,29 @@ def test_receipt_totals_with_long_labels_are_rows_not_a_sidebar():
     assert page.text.split("\n")[:8] == [f"{t} {p}" for t, p in zip(labels, prices, strict=False)]
 
 
+def test_a_menu_left_of_content_stays_a_column_when_its_rows_line_up():
+    # held-out synth 90124 page 157: menu items on the left shared rows with the content by
+    # chance; amounts pair with labels only on the right of them
+    h = 24
+    menu = ["Open file", "Close", "Favorites", "Reports", "More", "Send", "Messages"]
+    content = ["A short summary appears at the top of every chapter of this book.",
+               "Read the instructions before operating the machine in the hall.",
+               "The new app supports two platforms and syncs every night.",
+               "Reports are sent to every member of the team each Monday.",
+               "Messages older than a year are moved to the archive.",
+               "Favorites keep the pages you open most often at hand.",
+               "Send a copy to yourself before you close the window."]
+    lines = []
+    for k, (m, c) in enumerate(zip(menu, content, strict=True)):
+        y = 40 + 40 * k
+        lines.append(Line(m, [[20, y], [20 + 3 * h, y], [20 + 3 * h, y + h], [20, y + h]], 1.0))
+        x1 = 200 + 20 * h
+        lines.append(Line(c, [[200, y], [x1, y], [x1, y + h], [200, y + h]], 1.0))
+    page = Page(list(reversed(lines)), 720, 340)
+    analyze(page)
+    assert page.text.split("\n") == menu + content
+
+
 def test_two_column_page_read_end_to_end(engine):
     left = ["Columns are read one", "after the other, from", "top to bottom, left", "column first of all."]
     right = ["The right column comes", "only after the left", "one has been read to", "its very last line."]

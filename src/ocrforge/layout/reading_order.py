@@ -274,8 +274,8 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
         near = [i for i in (k - 1, k + 1) if 0 <= i < len(lines)]
         if kind[k] < 0 and any(kind[i] < 2 for i in near):
             return False  # a strip of short items is a column only beside running text
-        if kind[k] < 0 and any(_row_partners(b[p], b[lines[i]]) for i in near):
-            return False  # amounts beside totals whose labels are long, not a sidebar
+        if kind[k] < 0 and k > 0 and _row_partners(b[p], b[lines[k - 1]]):
+            return False  # amounts right of totals whose labels are long, not a sidebar
         others = [j for i in near if kind[i] < 2 for j in lines[i]]
         if _paired(b[p], b[others]) > 0.4 * len(p):
             return False
@@ -284,8 +284,9 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
 
 def _row_partners(strip: np.ndarray, text: np.ndarray) -> bool:
     """Whether nearly every line of a strip of short items shares a row with a line of the text
-    beside it, and most of that text's lines have one: a receipt's amounts beside their labels. A
-    sidebar or margin notes stand beside only a few lines of the paragraphs they accompany."""
+    left of it, and most of that text's lines have one: a receipt's amounts beside their labels.
+    Margin notes stand beside a few lines of their paragraphs only; a menu on the left of a
+    screenshot can share rows with the content by chance, so only strips on the right count."""
     return _paired(strip, text) >= 0.8 * len(strip) and _paired(text, strip) >= 0.5 * len(text)
 
 
