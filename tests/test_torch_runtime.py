@@ -51,10 +51,7 @@ def pages():
 @pytest.fixture(scope="module")
 def torch_cpu_engine():
     torch.set_num_threads(2)
-    # the 560 x 420 page enlarged 1.31x, as the default did before 2026-12-04: at its own size
-    # the runner's crop (cubic warp + linear resize) reads one "l" of its fourth line as "1"
-    # where the scheduler's one bicubic resampling does not, and these tests compare line text
-    return OCR(runtime="torch", device="cpu", det_limit_side=736, det_min_side=736)
+    return OCR(runtime="torch", device="cpu", det_limit_side=736)
 
 
 def test_torch_engine_matches_onnxruntime(pages, torch_cpu_engine):
@@ -88,7 +85,11 @@ def _scheduler(engine, **gpu):
 def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
     """Same code as on CUDA: page buckets, device crops, CTC head on the device. Order is
     kept, a bad input becomes an error page, and the lines equal the runner's."""
-    eng = OCR(torch_cpu_engine.config.with_(det_batch_size=2, rec_batch_size=4, **{"gpu.post_workers": 2}))
+    # the 560 x 420 page enlarged 1.31x, as the default did before 2026-12-04: at its own size
+    # the runner's crop (cubic warp + linear resize) reads one "l" of its fourth line as "1"
+    # where the scheduler's one bicubic resampling does not, and this test compares line text
+    eng = OCR(torch_cpu_engine.config.with_(det_batch_size=2, rec_batch_size=4, det_min_side=736,
+                                            **{"gpu.post_workers": 2}))
     from ocrforge.scheduling.gpu import GpuScheduler
 
     gs = GpuScheduler(eng.runner, eng.decode)
