@@ -117,3 +117,15 @@ def test_table_keeps_its_cells_in_hocr_and_alto_without_a_flag(tmp_path, capsys,
     inside = out.split(table, 1)[1]
     inside = inside.split("</div>\n   </div>" if fmt == "hocr" else "</ComposedBlock>", 1)[0]
     assert inside.count(cell) == sum(len(r) for r in rows), inside
+
+
+def test_text_of_the_bundled_receipt_keeps_items_and_prices_on_one_line(capsys):
+    # the README's first command: with blocks, the text format printed each price on a line of
+    # its own under its item ("咖啡 Coffee x2" / "38.00"), while Page.text joined the row
+    from pathlib import Path
+
+    import ocrforge
+
+    sample = Path(ocrforge.__file__).parent / "samples" / "sample.png"
+    out = _read(capsys, str(sample)).split("\n")
+    assert "咖啡 Coffee x2 38.00" in out and "Total 合计 64.50" in out, out

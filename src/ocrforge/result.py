@@ -164,7 +164,7 @@ class Page:
         """Lines joined in reading order: lines sharing a row are joined by a space."""
         rows: list[list[Line]] = []
         for line in self.lines:
-            if rows and _same_row(rows[-1][-1], line):
+            if rows and same_row(rows[-1][-1], line):
                 rows[-1].append(line)
             else:
                 rows.append([line])
@@ -230,7 +230,7 @@ def line_direction(line: Line) -> tuple[float, float]:
     return dx / length, dy / length
 
 
-def _same_row(a: Line, b: Line) -> bool:
+def same_row(a: Line, b: Line) -> bool:
     """b continues a's row if it starts after a's start along the text direction and their
     extents across that direction overlap mostly (the direction of the longer line, so rows
     follow the page's skew)."""

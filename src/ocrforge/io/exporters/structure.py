@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from ocrforge.result import Block, Cell, Line, Page, Table, Word, to_input_frame
+from ocrforge.result import Block, Cell, Line, Page, Table, Word, same_row, to_input_frame
 
 Quad = list[list[float]]
 BBox = tuple[float, float, float, float]
@@ -108,8 +108,8 @@ def _is_wide(ch: str) -> bool:
 
 def page_text(page: Page) -> str:
     """Plain text in reading order. Without blocks this is ``Page.text`` (lines sharing a row
-    joined by a space); with blocks, each block's lines one per line, blocks separated by a
-    blank line, table rows as tab-separated cells."""
+    joined by a space); with blocks, each block's rows one per line (lines sharing a row joined
+    the same way), blocks separated by a blank line, table rows as tab-separated cells."""
     if not page.blocks:
         return page.text
     parts = []
@@ -117,8 +117,19 @@ def page_text(page: Page) -> str:
         if r.table is not None:
             parts.append("\n".join("\t".join(row) for row in table_grid(r.table, page)))
         elif r.lines:
-            parts.append("\n".join(page.lines[i].text for i in r.lines))
+            parts.append(rows_text([page.lines[i] for i in r.lines]))
     return "\n\n".join(p for p in parts if p)
+
+
+def rows_text(lines: list[Line]) -> str:
+    """Lines one row a line, lines sharing a row (an item and its price) joined by a space."""
+    rows: list[list[Line]] = []
+    for line in lines:
+        if rows and same_row(rows[-1][-1], line):
+            rows[-1].append(line)
+        else:
+            rows.append([line])
+    return "\n".join(" ".join(ln.text for ln in row) for row in rows)
 
 
 # ------------------------------------------------------------------ the page as given
