@@ -138,9 +138,7 @@ def run_lane(lane: int, workers: dict[str, Any], paths: list[str], n_chunks: int
              res: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
     """Warm-up, then every chunk through every engine in rotated order; results into res."""
     names = list(workers)
-    from ocrforge.config import PipelineConfig
-
-    bp = PipelineConfig().batch_pages  # the engine's default (peers ignore it)
+    bp = None  # ocrforge: read_many's own batch_pages, as a user gets it (peers ignore it)
     for n in names:
         workers[n].call("warmup", paths=warm, batch_pages=bp, batch=False)
     for k, chunk in enumerate(chunks_of(paths, n_chunks)):

@@ -162,13 +162,7 @@ class Page:
     @property
     def text(self) -> str:
         """Lines joined in reading order: lines sharing a row are joined by a space."""
-        rows: list[list[Line]] = []
-        for line in self.lines:
-            if rows and same_row(rows[-1][-1], line):
-                rows[-1].append(line)
-            else:
-                rows.append([line])
-        return "\n".join(" ".join(ln.text for ln in row) for row in rows)
+        return rows_text(self.lines)
 
     @property
     def ok(self) -> bool:
@@ -230,7 +224,18 @@ def line_direction(line: Line) -> tuple[float, float]:
     return dx / length, dy / length
 
 
-def same_row(a: Line, b: Line) -> bool:
+def rows_text(lines: list[Line]) -> str:
+    """Lines one row a line, lines sharing a row (an item and its price) joined by a space."""
+    rows: list[list[Line]] = []
+    for line in lines:
+        if rows and _same_row(rows[-1][-1], line):
+            rows[-1].append(line)
+        else:
+            rows.append([line])
+    return "\n".join(" ".join(ln.text for ln in row) for row in rows)
+
+
+def _same_row(a: Line, b: Line) -> bool:
     """b continues a's row if it starts after a's start along the text direction and their
     extents across that direction overlap mostly (the direction of the longer line, so rows
     follow the page's skew)."""

@@ -245,8 +245,8 @@ def _text_columns(r: _Region, parts: Sequence[list[int]]) -> bool:
     A part of running text (several long lines, or lines of some length that fill it) is a column.
     A part of short lines is one too, unless its lines pair up row by row with a neighbouring part
     that is not long running text, and a narrow strip of short items (numbers, labels, menu
-    entries) only beside running text: short items beside paragraphs are a sidebar (unless they pair up
-    with most of the paragraph's lines: amounts beside long labels), beside other short items they
+    entries) only beside running text: short items beside paragraphs are a sidebar (unless, right of them,
+    they pair up with most of their lines: amounts beside long labels), beside other short items they
     are a table.
     """
     b, h = r.boxes, r.h

@@ -256,12 +256,13 @@ def _read_one(engine: Any, path: str) -> tuple[float, Any]:
 def _command(engine: Any, is_ocrforge: bool, cmd: str, arg: dict[str, Any], sampler: RssSampler) -> dict:
     paths = arg["paths"]
     bp = arg.get("batch_pages")  # None: read_many's own default
+    batch = bp or BATCH_LATENCY_PAGES
     if cmd == "warmup":
         _read_many(engine, paths, bp, is_ocrforge)
         for p in paths:
             _read_one(engine, p)
-        if is_ocrforge and (bp or BATCH_LATENCY_PAGES) > 1 and arg.get("batch"):
-            _batches(engine, paths, bp or BATCH_LATENCY_PAGES)
+        if is_ocrforge and batch > 1 and arg.get("batch"):
+            _batches(engine, paths, batch)
         return {}
     sampler.take()
     gpu = _gpu_reset(engine)
@@ -293,7 +294,7 @@ def _command(engine: Any, is_ocrforge: bool, cmd: str, arg: dict[str, Any], samp
                 errors.append(f"{p}: {page.error}")
         return {"latencies_s": lat, "errors": errors, "rss_peak": sampler.take(), "gpu_peak": _gpu_peak(gpu)}
     if cmd == "batch":
-        lat = _batches(engine, paths, bp or BATCH_LATENCY_PAGES)
+        lat = _batches(engine, paths, batch)
         return {"batch_latencies_s": lat, "rss_peak": sampler.take(), "gpu_peak": _gpu_peak(gpu)}
     raise ValueError(f"unknown command {cmd!r}")
 

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from ocrforge.result import Block, Cell, Line, Page, Table, Word, same_row, to_input_frame
+from ocrforge.result import Block, Cell, Line, Page, Table, Word, rows_text, to_input_frame
 
 Quad = list[list[float]]
 BBox = tuple[float, float, float, float]
@@ -119,17 +119,6 @@ def page_text(page: Page) -> str:
         elif r.lines:
             parts.append(rows_text([page.lines[i] for i in r.lines]))
     return "\n\n".join(p for p in parts if p)
-
-
-def rows_text(lines: list[Line]) -> str:
-    """Lines one row a line, lines sharing a row (an item and its price) joined by a space."""
-    rows: list[list[Line]] = []
-    for line in lines:
-        if rows and same_row(rows[-1][-1], line):
-            rows[-1].append(line)
-        else:
-            rows.append([line])
-    return "\n".join(" ".join(ln.text for ln in row) for row in rows)
 
 
 # ------------------------------------------------------------------ the page as given
