@@ -435,6 +435,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
     "-wall1": {"gpu.warmup": "all", "gpu.processes": 1},  # every bucket captured at start
     "-memtrace": {"_memtrace": True},
+    "-nopw": {"_env": {"OCRFORGE_TORCH_POINTWISE": "0"}},  # 1x1 convolutions through cuDNN + bias add
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
     "-infl32": {"gpu.max_inflight": 32},  # the default, the allocator's history recorded (slower)
 }
@@ -461,6 +462,9 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
         change = dict(DEFAULT_VARIANTS[name])
         trace = MemoryTrace() if change.pop("_memtrace", False) and cuda else None
         alloc = change.pop("_alloc", None)
+        env = change.pop("_env", {})
+        saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         if alloc and cuda:
             torch.cuda.memory._set_allocator_settings(alloc)
         switch = sys.getswitchinterval()
@@ -518,6 +522,8 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
             f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
         eng.close()
         sys.setswitchinterval(switch)
+        for k, v in saved_env.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         del gp, eng
         if alloc and cuda:
             torch.cuda.empty_cache()

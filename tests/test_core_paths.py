@@ -204,10 +204,10 @@ def test_cuda_scheduler_never_waits_for_the_gpu_in_steady_state(generated, decod
 
     capture = TorchRuntime._capture
 
-    def quiet_capture(self, x):
+    def quiet_capture(self, *args):
         torch.cuda.set_sync_debug_mode(0)
         try:
-            return capture(self, x)
+            return capture(self, *args)
         finally:
             torch.cuda.set_sync_debug_mode(1)
 

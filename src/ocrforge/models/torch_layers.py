@@ -77,6 +77,23 @@ class MixerBlock(nn.Module):
         self.pw2 = nn.Conv2d(hidden, cout, 1)
         self.residual = residual
 
+    @torch.no_grad()
+    def fold_bias(self) -> bool:
+        """Move the depthwise convolution's bias into the 1x1 convolutions after it (exact in
+        real arithmetic): pw1 sees t + b, so its bias grows by W1 @ b; the residual output
+        t + f carries b, so pw2's bias grows by b. On CUDA a convolution's bias is a separate,
+        slow broadcasting add (see runtimes/torch_pointwise.py). Not with squeeze-excitation,
+        which scales t itself. Returns whether it folded."""
+        b = self.dw.bias
+        if b is None or self.se is not None:
+            return False
+        w1 = self.pw1.weight.reshape(self.pw1.out_channels, -1)
+        self.pw1.bias += w1 @ b
+        if self.residual:
+            self.pw2.bias += b
+        self.dw.bias = None
+        return True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = self.dw(x)
         if self.se is not None:

@@ -11,8 +11,9 @@ CPU too); ``forward(tensor)`` is the device-side entry of the GPU scheduler (no 
 Settings (RuntimeConfig): device, torch_precision, compile, cuda_graphs. Environment:
 OCRFORGE_TORCH_COMPILE_MODE (default "default"; e.g. "max-autotune-no-cudagraphs"),
 OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CUDNN_BENCHMARK=1
-(cuDNN autotuning per shape; slower start), and TORCHINDUCTOR_CACHE_DIR
-(default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
+(cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1 convolutions
+as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
+TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ _set_compile_cache()
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+
+from ocrforge.runtimes.torch_pointwise import fold_biases, pointwise_as_linear  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -106,6 +109,10 @@ class TorchRuntime:
                 torch.backends.cuda.matmul.allow_tf32 = False
         t0 = time.perf_counter()
         self.net = module.eval()
+        self.pointwise = 0
+        if self.cuda and os.environ.get("OCRFORGE_TORCH_POINTWISE", "1") == "1":
+            fold_biases(self.net)
+            self.pointwise = pointwise_as_linear(self.net, tuple(getattr(self.net, "keep_fp32", ())))
         self.module = _Float32Out(self.net).to(self.dev, self.dtype).eval()
         if self.dtype != torch.float32:
             for sub in getattr(self.net, "keep_fp32", ()):

@@ -70,7 +70,10 @@ def _width_split(widths: np.ndarray) -> int:
 
 def _sample_lines(img: Any, quads: np.ndarray, w: np.ndarray, h: np.ndarray, vert: np.ndarray,
                   tws: np.ndarray, wmax: int, rec: Any, dtype: Any, mode: str) -> Any:
-    """The lines (k x 4 x 2 quads) of the page as one (k, 3, 48, wmax) tensor (one grid_sample)."""
+    """The lines (k x 4 x 2 quads) of the page as one (k, 3, 48, wmax) tensor (one grid_sample).
+    Each line's map from network pixel to grid_sample's page coordinates is one homography,
+    composed on the host, so the device work is a handful of launches whatever k is (the
+    driver thread issues every one of them)."""
     import torch
     import torch.nn.functional as F
 
@@ -78,39 +81,61 @@ def _sample_lines(img: Any, quads: np.ndarray, w: np.ndarray, h: np.ndarray, ver
     hs = rec.height
     k = len(quads)
     dev = img.device
-
-    def to_dev(a: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-        return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
-
-    m = to_dev(perspective_batch(w, h, quads))  # crop pixel -> page pixel, k x 3 x 3
-    info = to_dev(np.stack([w, h, tws, vert], axis=1))
-    w_, h_, tw_, v_ = (info[:, i].view(k, 1, 1) for i in range(4))
-    u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
-    vv = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
-    cw = torch.where(v_ > 0, h_, w_)
-    ch = torch.where(v_ > 0, w_, h_)
-    # network pixel (u, v) -> (turned) crop pixel, as cv2.resize maps pixel centres
-    bx = (u + 0.5) * cw / tw_ - 0.5
-    by = (vv + 0.5) * ch / hs - 0.5
-    # undo np.rot90 for vertical crops: turned (x', y') = crop (w - 1 - y', x')
-    cx = torch.where(v_ > 0, w_ - 1 - by, bx)
-    cy = torch.where(v_ > 0, bx, by)
-    mm = [m[:, i, j].view(k, 1, 1) for i in range(3) for j in range(3)]
-    den = mm[6] * cx + mm[7] * cy + mm[8]
-    sx = (mm[0] * cx + mm[1] * cy + mm[2]) / den
-    sy = (mm[3] * cx + mm[4] * cy + mm[5]) / den
-    grid = torch.stack([(2 * sx + 1) / W - 1, (2 * sy + 1) / H - 1], dim=-1)
-    # all lines of the group in one call: their grids stacked vertically (1 x k*48 x wmax)
+    hom = line_homographies(quads, w, h, vert, tws, hs, W, H)
+    host = torch.from_numpy(np.concatenate([hom.reshape(k, 9), tws[:, None]], axis=1).astype(np.float32))
+    coef = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host
+    base = _pixel_grid(hs, wmax, dev)  # hs*wmax x 3: (u, v, 1)
+    pts = torch.matmul(base, coef[:, :9].view(k, 3, 3).transpose(1, 2))  # k x hs*wmax x 3
+    grid = pts[..., :2] / pts[..., 2:]
     src = img.unsqueeze(0).float()
-    crops = F.grid_sample(src, grid.reshape(1, k * hs, wmax, 2), mode=mode,
+    crops = F.grid_sample(src, grid.view(1, k * hs, wmax, 2), mode=mode,
                           padding_mode="border", align_corners=False)
     if mode == "bicubic":
         crops = crops.clamp_(0.0, 255.0)
     crops = crops.view(3, k, hs, wmax).transpose(0, 1)
-    crops = (crops * float(rec.scale) + float(rec.offset))
-    crops = crops * (u < tw_).unsqueeze(1).to(crops.dtype)  # zero right of the text
-    return crops.to(dtype).contiguous()
+    inside = base[:wmax, 0].view(1, 1, 1, wmax) < coef[:, 9].view(k, 1, 1, 1)
+    # zero right of the text
+    return torch.where(inside, crops * float(rec.scale) + float(rec.offset), 0.0).to(dtype).contiguous()
+
+
+_GRIDS: dict[tuple, Any] = {}
+
+
+def _pixel_grid(hs: int, wmax: int, dev: Any) -> Any:
+    """(u, v, 1) for every network pixel of a hs x wmax line, row-major (u fastest): cached per
+    shape and device, so it is made once, not per page."""
+    import torch
+
+    key = (hs, wmax, str(dev))
+    g = _GRIDS.get(key)
+    if g is None:
+        v, u = torch.meshgrid(torch.arange(hs, dtype=torch.float32), torch.arange(wmax, dtype=torch.float32),
+                              indexing="ij")
+        g = torch.stack([u.reshape(-1), v.reshape(-1), torch.ones(hs * wmax)], dim=1).to(dev)
+        _GRIDS[key] = g
+    return g
+
+
+def line_homographies(quads: np.ndarray, w: np.ndarray, h: np.ndarray, vert: np.ndarray,
+                      tws: np.ndarray, hs: int, W: int, H: int) -> np.ndarray:
+    """k x 3 x 3: network pixel (u, v, 1) of each line -> grid_sample's normalised page
+    coordinates, as crop_quad + cv2.resize map pixel centres (float64).
+
+    Network pixel -> (turned) crop pixel: x = (u + 0.5) cw / tw - 0.5, y = (v + 0.5) ch / hs - 0.5;
+    a vertical crop was turned by np.rot90, so crop (x, y) = (w - 1 - y', x'); then crop ->
+    page by the quad's perspective transform; then page pixel -> [-1, 1] (align_corners=False)."""
+    k = len(quads)
+    cw, ch = np.where(vert, h, w).astype(np.float64), np.where(vert, w, h).astype(np.float64)
+    sx, sy = cw / tws, ch / hs
+    ox, oy = 0.5 * sx - 0.5, 0.5 * sy - 0.5
+    a = np.zeros((k, 3, 3))
+    a[:, 2, 2] = 1.0
+    flat = ~vert
+    a[flat, 0, 0], a[flat, 0, 2], a[flat, 1, 1], a[flat, 1, 2] = sx[flat], ox[flat], sy[flat], oy[flat]
+    a[vert, 0, 1], a[vert, 0, 2] = -sy[vert], w[vert] - 1 - oy[vert]
+    a[vert, 1, 0], a[vert, 1, 2] = sx[vert], ox[vert]
+    norm = np.array([[2.0 / W, 0.0, 1.0 / W - 1.0], [0.0, 2.0 / H, 1.0 / H - 1.0], [0.0, 0.0, 1.0]])
+    return norm @ perspective_batch(w, h, quads) @ a
 
 
 def perspective_batch(w: np.ndarray, h: np.ndarray, quads: np.ndarray) -> np.ndarray:
