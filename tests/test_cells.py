@@ -176,3 +176,20 @@ def test_a_numbered_list_and_a_paragraph_keep_their_lines(engine):
         d.text((30, 30 + 45 * i), t, font=_font(22), fill="black")
     page = engine.read(np.ascontiguousarray(np.array(img)[:, :, ::-1]))
     assert len(page.lines) == len(lines), [ln.text for ln in page.lines]
+
+
+def test_ink_statistics_from_a_histogram_equal_numpys():
+    """box_ink takes the background and ink levels from value histograms (no masked copies of
+    the strip); its median, 10th / 90th percentiles and mean must be numpy's to the bit, or
+    boxes would be split differently from before."""
+    from ocrforge.stages.ink import _Values
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        v = rng.integers(0, 256, int(rng.integers(1, 300))).astype(np.uint8)
+        first = int(v.min()) if rng.random() < 0.5 else 0
+        got = _Values(np.bincount(v, minlength=256)[first:], first)
+        assert got.n == len(v) and got.mean() == float(v.mean())
+        assert got.quantile(0.5) == float(np.median(v))
+        assert got.quantile(0.1) == float(np.percentile(v, 10))
+        assert got.quantile(0.9) == float(np.percentile(v, 90))

@@ -343,9 +343,10 @@ def _ink_spans(ink: np.ndarray, band: np.ndarray, gap: float, thin: float,
     typical = float(np.median(band[cols])) or 1.0
     spans: list[tuple[int, int]] = []
     ruled: list[bool] = []  # whether the cut after spans[k] is a rule
-    start = prev = int(cols[0])
-    for c in cols[1:]:
-        c = int(c)
+    start = int(cols[0])
+    # only a run of non-ink columns between two inked ones can end a span
+    for i in np.flatnonzero(np.diff(cols) > 1):
+        prev, c = int(cols[i]), int(cols[i + 1])
         by_rule = bool(rule[prev + 1 : c].any())
         blank = c - prev - 1
         if by_rule or blank >= wide * h or (
@@ -353,8 +354,7 @@ def _ink_spans(ink: np.ndarray, band: np.ndarray, gap: float, thin: float,
             spans.append((start, prev))
             ruled.append(by_rule)
             start = c
-        prev = c
-    spans.append((start, prev))
+    spans.append((start, int(cols[-1])))
     return _drop_narrow_ends(spans, ruled, h)
 
 
