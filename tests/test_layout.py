@@ -257,3 +257,20 @@ def test_one_reading_order_raw_lines_top_to_bottom_whatever_the_decode_order(eng
                            [quad(10, 200), quad(200, 12), quad(10, 10), quad(10, 100)],
                            [("d", 0.9), ("b", 0.9), ("a", 0.9), ("c", 0.9)], [0] * 4, s, {})
     assert [ln.text for ln in page.lines] == ["a", "b", "c", "d"]
+
+
+def test_small_median_is_numpys_median():
+    """Layout's medians of a few values (small_stats.small_median) replace np.median: same
+    float for ints, floats, odd and even counts; nan for none."""
+    import math
+
+    import numpy as np
+
+    from ocrforge.layout.small_stats import small_median
+
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        n = int(rng.integers(1, 40))
+        a = rng.integers(-50, 50, n) if rng.random() < 0.5 else rng.normal(0, 30, n)
+        assert small_median(a) == float(np.median(a))
+    assert math.isnan(small_median([]))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ocrforge.layout.rows import group_rows
+from ocrforge.layout.small_stats import small_median
 from ocrforge.layout.words import char_width
 
 _BULLET = re.compile(r"^\s*([•·▪◦●○■□\-–—*]|\(?\d{1,2}[.)]|\(?[a-zA-Z][.)]|[（(][一二三四五六七八九十\d]+[)）]|[一二三四五六七八九十]+、)\s*")
@@ -34,7 +35,7 @@ def headers_footers(boxes: np.ndarray, ids: Sequence[int], page_height: float,
         else:
             inside = boxes[row, 1].min() >= 0.88 * page_height
             gap = boxes[row, 1].min() - boxes[rest, 3].max()
-        small = np.median(boxes[row, 3] - boxes[row, 1]) <= 1.25 * h
+        small = small_median(boxes[row, 3] - boxes[row, 1]) <= 1.25 * h
         return list(row) if inside and small and gap >= 0.8 * h else []
 
     head = band(rows[0], [i for r in rows[1:] for i in r], True)
@@ -49,7 +50,7 @@ def typical_line_gap(boxes: np.ndarray, order: Sequence[int], h: float) -> float
         g = boxes[b, 1] - boxes[a, 3]
         if -0.5 * h <= g <= 2 * h and _x_overlap(boxes[a], boxes[b]) > 0:
             gaps.append(g)
-    return float(np.median(gaps)) if gaps else 0.3 * h
+    return float(small_median(gaps)) if gaps else 0.3 * h
 
 
 def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], body_height: float,
@@ -72,7 +73,7 @@ def paragraphs(boxes: np.ndarray, order: Sequence[int], texts: Sequence[str], bo
     heights = boxes[:, 3] - boxes[:, 1]
     text = np.zeros(len(boxes), bool)
     text[list(text_lines if text_lines is not None else [])] = True
-    em_all = float(np.median(ems[list(order)])) if len(order) else 0.0
+    em_all = float(small_median(ems[list(order)])) if len(order) else 0.0
     return [(_kind(boxes, blk, texts, _outside(heights, text, blk, h), ems,
                    _outside(ems, text, blk, em_all)), blk) for blk in out]
 
@@ -94,7 +95,7 @@ def _outside(values: np.ndarray, text: np.ndarray, blk: list[int], default: floa
     page of a title and a table, the table's cells must not set the scale of the title."""
     others = text.copy()
     others[blk] = False
-    return float(np.median(values[others])) if others.any() else default
+    return float(small_median(values[others])) if others.any() else default
 
 
 def _continues(boxes: np.ndarray, block: list[int], i: int, h: float, line_gap: float,
@@ -144,8 +145,8 @@ TITLE_EM = 1.3
 def _kind(boxes: np.ndarray, blk: list[int], texts: Sequence[str], h: float, ems: np.ndarray,
           em: float) -> str:
     heights = boxes[blk, 3] - boxes[blk, 1]
-    if len(blk) <= 3 and (np.median(heights) >= TITLE_HEIGHT * h
-                          or (TITLE_EM and em > 0 and np.median(ems[blk]) >= TITLE_EM * em)):
+    if len(blk) <= 3 and (small_median(heights) >= TITLE_HEIGHT * h
+                          or (TITLE_EM and em > 0 and small_median(ems[blk]) >= TITLE_EM * em)):
         return "title"
     if len(blk) >= 2 and sum(1 for i in blk if _BULLET.match(texts[i])) >= max(2, 0.5 * len(blk)):
         return "list"

@@ -19,9 +19,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from ocrforge.layout.small_stats import small_median
 from ocrforge.result import Line, Word
 from ocrforge.stages.crop import VERTICAL_RATIO
 from ocrforge.stages.recognize import CharSteps
@@ -33,6 +35,7 @@ _NARROW = frozenset("iljtfrI1.,:;'!|()[]{}`\"-/")
 _WIDE = frozenset("mwMW@%")
 
 
+@lru_cache(maxsize=65536)
 def char_class(c: str) -> str:
     """C: CJK ideograph / kana / hangul; F: full-width punctuation; L: letter; D: digit; P: other."""
     if _CJK.match(c):
@@ -46,6 +49,7 @@ def char_class(c: str) -> str:
     return "P"
 
 
+@lru_cache(maxsize=65536)
 def char_width(c: str) -> float:
     """Typical advance of a character in em (a rough table: CJK 1, Latin by letter shape)."""
     k = char_class(c)
@@ -119,7 +123,7 @@ def missing_spaces(steps: CharSteps, rule: SpaceRule = DEFAULT_SPACE_RULE) -> np
     expected = (width[:-1] + width[1:]) * 0.5
     actual = np.diff(center)
     ratio = actual[adj] / expected[adj]
-    em = float(np.median(ratio))  # steps per em: most neighbouring pairs have no space between
+    em = small_median(ratio)  # steps per em: most neighbouring pairs have no space between
     if em <= 0:
         return np.zeros(0, np.int64)
     excess = actual / em - expected
@@ -190,7 +194,7 @@ def _pitch(steps: CharSteps) -> float:
     """Median step distance between neighbouring characters (at least one step)."""
     if len(steps.start) < 2:
         return max(steps.end[0] - steps.start[0] + 1, 1) if len(steps.start) else 1.0
-    return float(max(np.median(np.diff(steps.start)), 1.0))
+    return float(max(small_median(np.diff(steps.start)), 1.0))
 
 
 def is_vertical(poly: list[list[float]] | np.ndarray) -> bool:
