@@ -82,11 +82,13 @@ def _sample_lines(img: Any, quads: np.ndarray, w: np.ndarray, h: np.ndarray, ver
     k = len(quads)
     dev = img.device
     hom = line_homographies(quads, w, h, vert, tws, hs, W, H)
-    host = torch.from_numpy(np.concatenate([hom.reshape(k, 9), tws[:, None]], axis=1).astype(np.float32))
+    # float64: a float32 product may run as TF32 where a program allows it (10 bits of
+    # mantissa: pixels off by ~1 on a 4000 px page); the grid goes to float32 only at the end
+    host = torch.from_numpy(np.concatenate([hom.reshape(k, 9), tws[:, None]], axis=1))
     coef = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host
     base = _pixel_grid(hs, wmax, dev)  # hs*wmax x 3: (u, v, 1)
     pts = torch.matmul(base, coef[:, :9].view(k, 3, 3).transpose(1, 2))  # k x hs*wmax x 3
-    grid = pts[..., :2] / pts[..., 2:]
+    grid = (pts[..., :2] / pts[..., 2:]).float()
     src = img.unsqueeze(0).float()
     crops = F.grid_sample(src, grid.view(1, k * hs, wmax, 2), mode=mode,
                           padding_mode="border", align_corners=False)
@@ -109,9 +111,9 @@ def _pixel_grid(hs: int, wmax: int, dev: Any) -> Any:
     key = (hs, wmax, str(dev))
     g = _GRIDS.get(key)
     if g is None:
-        v, u = torch.meshgrid(torch.arange(hs, dtype=torch.float32), torch.arange(wmax, dtype=torch.float32),
+        v, u = torch.meshgrid(torch.arange(hs, dtype=torch.float64), torch.arange(wmax, dtype=torch.float64),
                               indexing="ij")
-        g = torch.stack([u.reshape(-1), v.reshape(-1), torch.ones(hs * wmax)], dim=1).to(dev)
+        g = torch.stack([u.reshape(-1), v.reshape(-1), torch.ones(hs * wmax, dtype=torch.float64)], dim=1).to(dev)
         _GRIDS[key] = g
     return g
 
