@@ -272,5 +272,6 @@ def test_small_median_is_numpys_median():
     for _ in range(2000):
         n = int(rng.integers(1, 40))
         a = rng.integers(-50, 50, n) if rng.random() < 0.5 else rng.normal(0, 30, n)
-        assert small_median(a) == float(np.median(a))
+        for b in (a, a.astype(np.float32), list(a)):
+            assert small_median(b) == float(np.median(b))
     assert math.isnan(small_median([]))

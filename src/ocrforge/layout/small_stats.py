@@ -12,7 +12,9 @@ import numpy as np
 
 def small_median(values: Any) -> float:
     """np.median of a 1-D sequence as a float (nan for no values or any nan, as np.median)."""
-    a = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    a = np.asarray(values).ravel()
+    # np.median averages the middle two in the input's float type (float32 stays float32)
+    a = np.sort(a if a.dtype.kind == "f" else a.astype(np.float64))
     n = len(a)
     if n == 0 or np.isnan(a[-1]):
         return float("nan")
