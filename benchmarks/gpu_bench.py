@@ -495,6 +495,7 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
                 f"{row['dev_cer_aligned'] or -1:.4f}) det F1 {row['dev_det_f1'] or -1:.4f}")
             eng.close()
             sys.setswitchinterval(switch)
+            _restore_env(saved_env)
             continue
         # pass 1 still captures the CUDA graphs of shapes met for the second time; pass 2 (the
         # same pages again) is the steady rate
@@ -522,12 +523,19 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
             f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
         eng.close()
         sys.setswitchinterval(switch)
-        for k, v in saved_env.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        _restore_env(saved_env)
         del gp, eng
         if alloc and cuda:
             torch.cuda.empty_cache()
             torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
+
+
+def _restore_env(saved: dict) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:

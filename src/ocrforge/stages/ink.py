@@ -71,9 +71,8 @@ class _Values:
         return float(self.first + int(np.searchsorted(self.cum, k, side="right")))
 
     def quantile(self, q: float) -> float:
-        if q == 0.5:  # np.median: the middle value, or the mean of the middle two
-            m = (self.n - 1) // 2
-            return self._at(m) if self.n % 2 else (self._at(m) + self._at(m + 1)) / 2.0
+        """np.percentile(values, 100 q); at q = 0.5 also np.median (for whole numbers the lerp
+        halfway, b - (b - a) / 2, is exactly the mean of the middle two)."""
         v = (self.n - 1) * q  # numpy's virtual index, linear method
         k = int(np.floor(v))
         g = v - k
