@@ -91,6 +91,9 @@ class RecConfig(_Section):
     max_width: int = Field(3200, ge=32)  # lines wider than this (at height 48) are squeezed
     width_step: int = Field(32, ge=1)  # each line is padded to a multiple of this width ...
     min_width: int | None = Field(None, ge=8)  # ... and to at least this (None: 160 on the CPU, the model's 320 on the GPU)
+    # CPU width buckets instead of multiples of width_step (the GPU has gpu.rec_widths): fewer
+    # distinct shapes, each of which OpenVINO prepares anew (BENCHMARKS.md, 2026-12-05 10:40)
+    widths: list[int] | None = None
     drop_score: float = Field(0.5, ge=0, le=1)  # drop lines with a lower mean char score
     threads: int | None = Field(None, ge=0)
     crop_fallback: bool = True  # small/crop-like inputs with no detection: recognise whole image

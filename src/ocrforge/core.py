@@ -70,9 +70,9 @@ class PageRunner:
         self.det_decode = DBDecoder(float(det["thresh"]), float(det["box_thresh"]),
                                     float(det["unclip_ratio"]), int(det["max_candidates"]),
                                     cfg.det.min_size, sort_reading_order)
-        gpu_widths = cfg.gpu.rec_widths if cfg.runtime.on_gpu else None
+        widths = cfg.gpu.rec_widths if cfg.runtime.on_gpu else cfg.rec.widths
         self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec.max_width, cfg.rec.width_step,
-                                        cfg.rec_min_width(), gpu_widths)
+                                        cfg.rec_min_width(), widths)
         self.ctc = CTCDecoder(models.characters())
         self.det_rt = det_rt
         self.rec_rt = rec_rt
