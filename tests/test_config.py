@@ -118,3 +118,12 @@ def test_cpu_recognition_pads_short_lines_to_160_not_320(engine):
     assert EngineConfig().with_(**{"rec.min_width": 320}).rec_min_width() == 320
     gpu = EngineConfig().with_(**{"runtime.backend": "torch", "runtime.device": "cuda"})
     assert gpu.rec_min_width() is None
+
+
+def test_rec_widths_set_the_cpu_buckets():
+    from ocrforge import OCR
+
+    eng = OCR(**{"rec.widths": [160, 224, 320, 448, 640]})
+    prep = eng.runner.rec_prep
+    assert prep.bucket(161) == 224 and prep.bucket(500) == 640
+    assert OCR().runner.rec_prep.bucket(161) == 192  # default: multiples of rec.width_step
