@@ -120,10 +120,10 @@ def test_cpu_recognition_pads_short_lines_to_160_not_320(engine):
     assert gpu.rec_min_width() is None
 
 
-def test_rec_widths_set_the_cpu_buckets():
+def test_rec_widths_set_the_cpu_buckets(engine):
     from ocrforge import OCR
 
     eng = OCR(**{"rec.widths": [160, 224, 320, 448, 640]})
     prep = eng.runner.rec_prep
     assert prep.bucket(161) == 224 and prep.bucket(500) == 640
-    assert OCR().runner.rec_prep.bucket(161) == 192  # default: multiples of rec.width_step
+    assert engine.runner.rec_prep.bucket(161) == 192  # default: multiples of rec.width_step
