@@ -8,6 +8,7 @@ import pytest
 
 from ocrforge.config import (
     DET_LIMIT_BUCKETS,
+    OPENVINO_REC_WIDTHS,
     ConfigError,
     EngineConfig,
     ReadOptions,
@@ -126,4 +127,15 @@ def test_rec_widths_set_the_cpu_buckets(engine):
     eng = OCR(**{"rec.widths": [160, 224, 320, 448, 640]})
     prep = eng.runner.rec_prep
     assert prep.bucket(161) == 224 and prep.bucket(500) == 640
-    assert engine.runner.rec_prep.bucket(161) == 192  # default: multiples of rec.width_step
+    step = OCR(**{"rec.widths": "step"}).runner.rec_prep
+    assert step.bucket(161) == 192 and step.bucket(500) == 512  # multiples of rec.width_step
+    on_openvino = engine.runner.rec_rt.name.startswith("openvino")
+    assert engine.runner.rec_prep.bucket(161) == (224 if on_openvino else 192)
+
+
+def test_rec_widths_auto_follow_the_runtime():
+    cfg = EngineConfig()
+    assert cfg.rec_cpu_widths("openvino[CPU,bf16]") == list(OPENVINO_REC_WIDTHS)
+    assert cfg.rec_cpu_widths("onnxruntime[CPUExecutionProvider]") is None
+    assert cfg.with_(**{"rec.widths": "step"}).rec_cpu_widths("openvino[CPU,bf16]") is None
+    assert cfg.with_(**{"rec.widths": [320]}).rec_cpu_widths("onnxruntime") == [320]

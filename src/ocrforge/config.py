@@ -36,6 +36,9 @@ CER_BUDGET = 0.5
 SEED = 0
 # per-request detection limits are rounded up to one of these (bounded state per engine)
 DET_LIMIT_BUCKETS = (320, 480, 640, 800, 960, 1280, 1600, 2048, 2560, 3200, 4096)
+# CPU recognition widths under OpenVINO (~1.4x apart): on the 2-core Intel AMX VM +21-24 %
+# pages/s on the choice sets at CER +0.04-0.09 points against 32-px steps (BENCHMARKS.md)
+OPENVINO_REC_WIDTHS = (160, 224, 320, 448, 640, 896, 1280, 1792, 2560, 3200)
 
 
 class _Section(BaseModel):
@@ -91,9 +94,11 @@ class RecConfig(_Section):
     max_width: int = Field(3200, ge=32)  # lines wider than this (at height 48) are squeezed
     width_step: int = Field(32, ge=1)  # each line is padded to a multiple of this width ...
     min_width: int | None = Field(None, ge=8)  # ... and to at least this (None: 160 on the CPU, the model's 320 on the GPU)
-    # CPU width buckets instead of multiples of width_step (the GPU has gpu.rec_widths): fewer
-    # distinct shapes, each of which OpenVINO prepares anew (BENCHMARKS.md, 2026-12-05 10:40)
-    widths: list[int] | None = None
+    # CPU width buckets (the GPU has gpu.rec_widths): a list, "step" (multiples of width_step)
+    # or "auto": OPENVINO_REC_WIDTHS under OpenVINO, which prepares each new input shape anew
+    # (a third of 2-CPU recognition time with 32-px steps; BENCHMARKS.md, "Coarser recognition
+    # widths"), multiples of width_step under ONNX Runtime
+    widths: list[int] | Literal["auto", "step"] = "auto"
     drop_score: float = Field(0.5, ge=0, le=1)  # drop lines with a lower mean char score
     threads: int | None = Field(None, ge=0)
     crop_fallback: bool = True  # small/crop-like inputs with no detection: recognise whole image
@@ -300,6 +305,14 @@ class EngineConfig(_Section):
         if self.runtime.on_gpu:
             return self.rec.batch_pixels
         return self.rec.batch_pixels or 16 * 640
+
+    def rec_cpu_widths(self, runtime_name: str) -> list[int] | None:
+        """The CPU recognition width buckets for the runtime named ``runtime_name`` (None:
+        multiples of rec.width_step)."""
+        w = self.rec.widths
+        if w == "auto":
+            return list(OPENVINO_REC_WIDTHS) if runtime_name.startswith("openvino") else None
+        return None if w == "step" else w
 
     def rec_min_width(self) -> int | None:
         """Narrowest recognition input: rec.min_width, else 160 on the CPU (lines shorter than
