@@ -47,7 +47,7 @@ def collect(dataset: str, out: str) -> None:
         up = runner.upright_pages([page])[0]
         d = runner.det_prep(up.image, runner.config.det.limit_side)
         prob = runner.det_rt.run(d.tensor)[0, 0]
-        h, w = d.tensor.shape[2:]
+        h, w = d.size()
         pages.append({"name": rec.name, "kind": rec.kind, "lang": rec.lang,
                       "prob": np.round(prob[:h, :w] * 255).astype(np.uint8), "gray": d.gray,
                       "orig": (d.orig_h, d.orig_w), "rotation": int(getattr(up, "rotation", 0)),

@@ -166,3 +166,24 @@ def test_openvino_pipelined_read_many_reads_like_serial(pages):
     assert [[(ln.text, ln.poly) for ln in p.lines] for p in piped] == \
         [[(ln.text, ln.poly) for ln in p.lines] for p in serial]
     assert sum(len(p.lines) for p in piped) > 0
+
+
+def test_detection_takes_uint8_pages_and_normalises_them_like_the_host(pages):
+    """Under OpenVINO detection is handed the resized uint8 page and computes x * scale + offset
+    itself (a quarter of the bytes, no float copy of the page on the host): the probability map
+    is the host-normalised one's. ONNX Runtime and batched detection keep float input."""
+    from ocrforge.runtimes.factory import open_onnx
+
+    eng = OCR(runtime="openvino", det_limit_side=1280)
+    assert eng.det_rt.input_u8_nhwc and eng.rec_rt.input_u8_nhwc is False
+    host = open_onnx(eng.models.det, eng.config.runtime)  # the same network, float32 NCHW input
+    for img, _ in pages[:3]:
+        raw, flt = eng.det_prep(img, raw=True), eng.det_prep(img)
+        assert raw.tensor.dtype == np.uint8 and raw.size() == flt.size() == flt.tensor.shape[2:]
+        a, b = eng.det_rt.run(raw.tensor), host.run(flt.tensor)
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=1e-3)
+        # float input (what `ocrforge build`'s guard and sweep hand it) still runs, as is
+        np.testing.assert_allclose(eng.det_rt.run(flt.tensor), b, atol=1e-3)
+    assert not hasattr(OCR(runtime="onnxruntime").det_rt, "input_u8_nhwc")
+    assert not OCR(runtime="openvino", **{"det.batch_size": 2}).det_rt.input_u8_nhwc

@@ -149,14 +149,16 @@ class PageRunner:
             t0 = time.perf_counter()
             chunk = self.upright_pages(chunk)  # whole-page 0/90/180/270
             tp = time.perf_counter()
-            dins = [self.det_prep(p.image, s.det_limit) for p in chunk]
-            batch = stack_padded(dins)
+            # a runtime that normalises uint8 pages itself is opened for one page per call
+            raw = getattr(self.det_rt, "input_u8_nhwc", False)
+            dins = [self.det_prep(p.image, s.det_limit, raw) for p in chunk]
+            batch = dins[0].tensor if raw else stack_padded(dins)
             t1 = time.perf_counter()
             probs = self.det_rt.run(batch)
             t2 = time.perf_counter()
             quads = []
             for k, d in enumerate(dins):
-                h, w = d.tensor.shape[2:]
+                h, w = d.size()
                 quads.append(self.det_decode(probs[k, 0, :h, :w], d))
             t3 = time.perf_counter()
             n = len(chunk)

@@ -16,6 +16,7 @@ from ocrforge.models.registry import resolve_models
 from ocrforge.result import Page
 from ocrforge.runtimes.base import Runtime
 from ocrforge.runtimes.factory import open_onnx, open_torch
+from ocrforge.stages.detect import normalization
 from ocrforge.stages.recognize import space_class
 
 if TYPE_CHECKING:
@@ -74,7 +75,12 @@ class OCR:
         if role == "rec":
             space = space_class(self.models.characters())
             top1 = () if space is None else (space,)
-        return open_onnx(path, rc, precision=precision, threads=threads, top1=top1)
+        # detection, one page per call: OpenVINO takes the resized uint8 page and normalises it
+        u8 = None
+        if role == "det" and cfg.det_batch() == 1:
+            scale, offset = normalization(self.models.model_set.det_constants)
+            u8 = (tuple(scale.tolist()), tuple(offset.tolist()))
+        return open_onnx(path, rc, precision=precision, threads=threads, top1=top1, u8_input=u8)
 
     # ------------------------------------------------------------------ layout switch
     @property

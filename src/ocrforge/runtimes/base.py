@@ -11,7 +11,8 @@ import numpy as np
 @runtime_checkable
 class Runtime(Protocol):
     """Runs one network: a float32 NCHW batch in, the first output as float32 out (opened with
-    ``factory.open_onnx(..., top1=...)``, an OpenVINO runtime returns its top-1 tuple instead)."""
+    ``factory.open_onnx(..., top1=...)``, an OpenVINO runtime returns its top-1 tuple instead;
+    opened with ``u8_input``, it also takes uint8 NHWC and has ``input_u8_nhwc`` True)."""
 
     name: str
     precision: str

@@ -28,6 +28,11 @@ class DetInput:
     # blank gaps and ruling lines between cells (None: no splitting)
     gray: np.ndarray | None = None
 
+    def size(self) -> tuple[int, int]:
+        """The detector input's (H, W): of a float NCHW tensor or a uint8 NHWC page."""
+        t = self.tensor
+        return (t.shape[1], t.shape[2]) if t.dtype == np.uint8 else (t.shape[2], t.shape[3])
+
 
 def resize_shape(h: int, w: int, limit: int, limit_type: str = "max", min_side: int = 0,
                  max_upscale: float = 1.0) -> tuple[int, int]:
@@ -51,14 +56,17 @@ def resize_shape(h: int, w: int, limit: int, limit_type: str = "max", min_side: 
     return rh, rw
 
 
+def normalization(constants: DetConstants) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, offset) per channel: (x/255 - mean)/std as one multiply-add per pixel."""
+    mean = np.array(constants.mean, np.float32)
+    std = np.array(constants.std, np.float32)
+    return (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
+
+
 class DetPreprocessor:
     def __init__(self, constants: DetConstants, limit: int, limit_type: str = "max",
                  min_side: int = 0, max_upscale: float = 1.0):
-        mean = np.array(constants.mean, np.float32)
-        std = np.array(constants.std, np.float32)
-        # (x/255 - mean)/std as one multiply-add per pixel
-        self.scale = (1.0 / (255.0 * std)).astype(np.float32)
-        self.offset = (-mean / std).astype(np.float32)
+        self.scale, self.offset = normalization(constants)
         self.limit = limit
         self.limit_type = limit_type
         self.min_side = min_side
@@ -82,15 +90,19 @@ class DetPreprocessor:
         of = constant(self.offset, (1, 3, 1, 1), x)
         out[:, :rh, :rw] = (x * sc + of)[0]
 
-    def __call__(self, img: np.ndarray, limit: int | None = None) -> DetInput:
+    def __call__(self, img: np.ndarray, limit: int | None = None, raw: bool = False) -> DetInput:
+        """The page resized and normalised (float32 1 x 3 x H x W), or with ``raw`` resized
+        only (uint8 1 x H x W x 3: for a runtime that normalises itself)."""
         h, w = img.shape[:2]
         rh, rw = self.shape(h, w, limit)
         resized = cv2.resize(img, (rw, rh), interpolation=cv2.INTER_LINEAR) if (rh, rw) != (h, w) else img
+        gray = cv2.cvtColor(resized, cv2.COLOR_BGR2GRAY) if resized.ndim == 3 else resized
+        if raw:
+            return DetInput(np.ascontiguousarray(resized)[None], rh / h, rw / w, h, w, gray)
         x = resized.astype(np.float32)
         x *= self.scale
         x += self.offset
         tensor = np.ascontiguousarray(x.transpose(2, 0, 1))[None]
-        gray = cv2.cvtColor(resized, cv2.COLOR_BGR2GRAY) if resized.ndim == 3 else resized
         return DetInput(tensor, rh / h, rw / w, h, w, gray)
 
 
