@@ -139,3 +139,21 @@ def test_rec_widths_auto_follow_the_runtime():
     assert cfg.rec_cpu_widths("onnxruntime[CPUExecutionProvider]") is None
     assert cfg.with_(**{"rec.widths": "step"}).rec_cpu_widths("openvino[CPU,bf16]") is None
     assert cfg.with_(**{"rec.widths": [320]}).rec_cpu_widths("onnxruntime") == [320]
+
+
+def test_openvino_recognition_batches_the_last_lines_of_a_bucket_in_powers_of_two(engine):
+    """A bucket's leftover lines go in batches of 8, 4, 2, 1 under OpenVINO (shapes that recur,
+    whose kernels it keeps), in one batch elsewhere; every line is read once either way."""
+    import numpy as np
+
+    from ocrforge.stages.recognize import RecPreprocessor
+
+    consts = engine.models.model_set.rec_constants
+    crops = [np.zeros((48, 200, 3), np.uint8)] * 29  # 29 lines of one bucket
+    sizes = [len(g) for _, g in RecPreprocessor(consts, pow2_tails=True).groups(crops, 16)]
+    assert sizes == [16, 8, 4, 1]
+    assert [len(g) for _, g in RecPreprocessor(consts).groups(crops, 16)] == [16, 13]
+    got = [i for _, g in RecPreprocessor(consts, pow2_tails=True).groups(crops, 16) for i in g]
+    assert got == list(range(29))
+    on_openvino = engine.runner.rec_rt.name.startswith("openvino")
+    assert engine.runner.rec_prep.pow2_tails == on_openvino

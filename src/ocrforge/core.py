@@ -70,10 +70,11 @@ class PageRunner:
         self.det_decode = DBDecoder(float(det["thresh"]), float(det["box_thresh"]),
                                     float(det["unclip_ratio"]), int(det["max_candidates"]),
                                     cfg.det.min_size, sort_reading_order)
-        widths = (cfg.gpu.rec_widths if cfg.runtime.on_gpu
-                  else cfg.rec_cpu_widths(getattr(rec_rt, "name", "")))
+        rec_name = getattr(rec_rt, "name", "")
+        widths = cfg.gpu.rec_widths if cfg.runtime.on_gpu else cfg.rec_cpu_widths(rec_name)
         self.rec_prep = RecPreprocessor(ms.rec_constants, cfg.rec.max_width, cfg.rec.width_step,
-                                        cfg.rec_min_width(), widths)
+                                        cfg.rec_min_width(), widths,
+                                        pow2_tails=rec_name.startswith("openvino"))
         self.ctc = CTCDecoder(models.characters())
         self.det_rt = det_rt
         self.rec_rt = rec_rt

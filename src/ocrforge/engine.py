@@ -19,6 +19,8 @@ from ocrforge.runtimes.factory import open_onnx, open_torch
 from ocrforge.stages.detect import normalization
 from ocrforge.stages.recognize import space_class
 
+REC_KERNEL_CACHE = 3000  # OpenVINO kernels kept for recognition (per node and shape)
+
 if TYPE_CHECKING:
     from ocrforge.scheduling.multi_device import DevicePool
 
@@ -80,7 +82,11 @@ class OCR:
         if role == "det" and cfg.det_batch() == 1:
             scale, offset = normalization(self.models.model_set.det_constants)
             u8 = (tuple(scale.tolist()), tuple(offset.tolist()))
-        return open_onnx(path, rc, precision=precision, threads=threads, top1=top1, u8_input=u8)
+        # recognition's shapes (10 widths x batches of 16, 8, 4, 2, 1 lines) recur: OpenVINO
+        # keeps their kernels (+50-100 MiB peak RSS on the dev set, BENCHMARKS.md)
+        cache = REC_KERNEL_CACHE if role == "rec" else 100
+        return open_onnx(path, rc, precision=precision, threads=threads, top1=top1, u8_input=u8,
+                         kernel_cache=cache)
 
     # ------------------------------------------------------------------ layout switch
     @property

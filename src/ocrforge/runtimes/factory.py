@@ -16,18 +16,21 @@ from ocrforge.runtimes.choice import cpu_backend
 
 def open_onnx(path: Path, settings: RuntimeConfig, *, precision: str = "fp32",
               threads: int | None = None, top1: tuple[int, ...] | None = None,
-              u8_input: tuple[tuple[float, ...], tuple[float, ...]] | None = None) -> Runtime:
+              u8_input: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+              kernel_cache: int = 100) -> Runtime:
     """``top1``: where the runtime can (OpenVINO), ``run`` returns the top-1 index and value
     along the output's last axis plus these columns of it, not the whole output (which ONNX
     Runtime still returns: callers take both). ``u8_input`` (scale, offset per channel): where
     the runtime can (OpenVINO; it then has ``input_u8_nhwc`` True), ``run`` takes uint8 NHWC
-    and computes ``x * scale + offset`` itself; elsewhere the caller normalises."""
+    and computes ``x * scale + offset`` itself; elsewhere the caller normalises.
+    ``kernel_cache``: OpenVINO's prepared kernels kept (per node and input shape)."""
     if threads is not None:
         settings = settings.model_copy(update={"intra_op_threads": threads})
     if cpu_backend(settings, precision) == "openvino":
         from ocrforge.runtimes.openvino import OpenVinoRuntime
 
-        return OpenVinoRuntime(path, settings, precision, top1=top1, u8_input=u8_input)
+        return OpenVinoRuntime(path, settings, precision, top1=top1, u8_input=u8_input,
+                               kernel_cache=kernel_cache)
     from ocrforge.runtimes.onnxruntime import OrtRuntime
 
     return OrtRuntime(path, settings, precision)

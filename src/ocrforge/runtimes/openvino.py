@@ -23,18 +23,20 @@ class OpenVinoRuntime:
     """One ONNX model compiled by OpenVINO for the CPU; one infer request per calling thread."""
 
     def __init__(self, model_path: str | Path, cfg: RuntimeConfig, precision: str = "fp32",
-                 top1: tuple[int, ...] | None = None, u8_input: ChannelAffine | None = None):
+                 top1: tuple[int, ...] | None = None, u8_input: ChannelAffine | None = None,
+                 kernel_cache: int = 100):
         try:
             import openvino as ov
         except ModuleNotFoundError:
             raise RuntimeError("runtime 'openvino' needs OpenVINO: pip install 'ocrforge[openvino]'") from None
         self.path = Path(model_path)
-        self._args = (cfg, precision, top1)
+        self._args = (cfg, precision, top1, None, kernel_cache)
         self._float_twin: OpenVinoRuntime | None = None  # for float32 NCHW input, on demand
-        # kernels kept for 100 input shapes, not OpenVINO's 5000: dev set peak RSS 3487 -> 2689
-        # MiB at the same pages/s (1.626 vs 1.620; 0 gave 2572 MiB at 1.526), 2-core VM
+        # prepared kernels kept (per node and input shape): 100 by default, not OpenVINO's 5000:
+        # dev set peak RSS 3487 -> 2689 MiB at the same pages/s (1.626 vs 1.620; 0 gave 2572 MiB
+        # at 1.526), 2-core VM; recognition, whose few shapes recur, is opened with more
         props: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
-                                    "CPU_RUNTIME_CACHE_CAPACITY": 100}
+                                    "CPU_RUNTIME_CACHE_CAPACITY": kernel_cache}
         threads = cfg.intra_op_threads or default_threads()  # the CPU quota too, not only the set
         if threads:
             props["INFERENCE_NUM_THREADS"] = threads

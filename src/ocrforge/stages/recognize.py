@@ -12,6 +12,18 @@ import numpy as np
 from ocrforge.models.registry import RecConstants
 
 
+def _tails(start: int, end: int, pow2: bool) -> list[tuple[int, int]]:
+    """[start, end) as one slice, or as slices of decreasing powers of two."""
+    if not pow2:
+        return [(start, end)] if start < end else []
+    out = []
+    while start < end:
+        n = 1 << ((end - start).bit_length() - 1)
+        out.append((start, start + n))
+        start += n
+    return out
+
+
 class RecPreprocessor:
     """Text-line crops -> normalised (N, 3, 48, W) batches.
 
@@ -22,7 +34,8 @@ class RecPreprocessor:
     """
 
     def __init__(self, constants: RecConstants, max_width: int = 3200, width_step: int = 32,
-                 min_width: int | None = None, widths: list[int] | tuple[int, ...] | None = None):
+                 min_width: int | None = None, widths: list[int] | tuple[int, ...] | None = None,
+                 pow2_tails: bool = False):
         self.height = constants.height
         self.mean = constants.mean
         self.std = constants.std
@@ -32,6 +45,9 @@ class RecPreprocessor:
         self.width_step = width_step
         self.min_width = constants.width if min_width is None else min_width
         self.widths = tuple(sorted(w for w in widths if w >= self.min_width)) if widths else None
+        # the last lines of a bucket in batches of 8, 4, 2, 1 rather than one batch of any
+        # size: input shapes that recur, for a runtime that prepares each new shape anew
+        self.pow2_tails = pow2_tails
 
     def text_width(self, h: float, w: float) -> int:
         """Width of a line of this (h, w) once resized to the network height (at most max_width)."""
@@ -62,7 +78,9 @@ class RecPreprocessor:
         out = []
         for w, idx in sorted(by.items()):
             n = batch_size if max_pixels is None else max(1, min(batch_size, max_pixels // w))
-            out += [(w, idx[k : k + n]) for k in range(0, len(idx), n)]
+            full = len(idx) - len(idx) % n
+            out += [(w, idx[k : k + n]) for k in range(0, full, n)]
+            out += [(w, idx[a:b]) for a, b in _tails(full, len(idx), self.pow2_tails)]
         return out
 
     def __call__(self, crops: list[np.ndarray], width: int | None = None) -> np.ndarray:
