@@ -515,7 +515,7 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
         log(f"variant {name or 'default'} {DEFAULT_VARIANTS[name]}: {row['pages_per_s']:.1f} pages/s "
             f"(pass 1 {row['first_pass']['pages_per_s']:.1f}, pass 2 "
             f"{row['second_pass']['pages_per_s']:.1f}) util "
-            f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page "
+            f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page (pools {row.get('pool_cpu_ms_per_page')}) "
             f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
             f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
             f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n    graph calls "
@@ -550,12 +550,17 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     cpu0 = host_cpu_s()
+    pools0 = pool_cpu_s(gp)
     with GpuSampler() as smp, ThreadSampler(("ocrforge-gpu", "MainThread")) if profile else \
             contextlib.nullcontext() as ts:
         t1 = time.perf_counter()
         n = sum(1 for _ in gp.run(pages))
         el = time.perf_counter() - t1
+    pools1 = pool_cpu_s(gp)
     row = {"pages": n, "pages_per_s": n / el, "host_cpu_ms_per_page": (host_cpu_s() - cpu0) / n * 1e3,
+           # CPU ms per page in each worker-process pool (DB box extraction, layout)
+           "pool_cpu_ms_per_page": {k: round((pools1[k] - pools0.get(k, 0.0)) / n * 1e3, 2)
+                                    for k in pools1},
            "gpu_util": smp.summary(), "stats": gp.stats.__dict__.copy(),
            "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
            "reserved_GiB": torch.cuda.memory_reserved() / 2**30 if cuda else 0.0,
@@ -585,6 +590,24 @@ def fmt_profile(p: dict) -> str:
     from thread_sampler import fmt
 
     return fmt(p)
+
+
+def pool_cpu_s(gp) -> dict:
+    """CPU seconds so far of the scheduler's worker processes, per pool (db, layout)."""
+    import psutil
+
+    out = {}
+    for name, owner in (("db", getattr(gp, "_dbpool", None)), ("layout", getattr(gp, "layout_pool", None))):
+        procs = getattr(getattr(owner, "pool", None), "_processes", None) or {}
+        total = 0.0
+        for pid in list(procs):
+            try:
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        out[name] = total
+    return out
 
 
 def host_cpu_s() -> float:

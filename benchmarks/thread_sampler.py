@@ -8,6 +8,7 @@ Low overhead (one GIL acquisition per sample); the shares are statistical."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -40,6 +41,10 @@ class ThreadSampler:
         self.samples: Counter = Counter()
         self._stop = threading.Event()
         self._t: threading.Thread | None = None
+        # CPU seconds each thread used (Linux /proc, read every ~100 ms, last value kept per
+        # thread): tells a thread busy with work from one waiting for the GIL or the GPU
+        self.cpu: dict[int, tuple[str, float, float]] = {}
+        self.wall: dict[int, list[float]] = {}
 
     def __enter__(self) -> ThreadSampler:
         self._t = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -52,8 +57,12 @@ class ThreadSampler:
             self._t.join()
 
     def _run(self) -> None:
+        last = 0.0
         while not self._stop.wait(self.interval):
             names = {t.ident: t.name for t in threading.enumerate()}
+            if time.perf_counter() - last >= 0.1:
+                self._read_cpu()
+                last = time.perf_counter()
             for ident, frame in sys._current_frames().items():
                 name = names.get(ident, "?")
                 if not name.startswith(self.prefixes):
@@ -64,12 +73,46 @@ class ThreadSampler:
                 self.inner.setdefault(kind, Counter())[inner] += 1
                 self.steps.setdefault(kind, Counter())[_step(frame, outer)] += 1
 
+    def _read_cpu(self) -> None:
+        now = time.perf_counter()
+        for t in threading.enumerate():
+            tid = t.native_id
+            if tid is None or not t.name.startswith(self.prefixes):
+                continue
+            try:
+                f = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            tick = os.sysconf("SC_CLK_TCK")
+            cpu = (int(f[11]) + int(f[12])) / tick
+            first = self.cpu.get(tid, (None, cpu, cpu))[1]  # counted from the first reading
+            self.cpu[tid] = (t.name.rsplit("_", 1)[0], first, cpu)
+            self.wall.setdefault(tid, [now, now])[1] = now
+
+    def thread_cpu(self) -> dict:
+        """Per kind of thread: CPU seconds used, the seconds its threads lived (summed) and
+        the busy share (CPU / lifetime) while sampled."""
+        out: dict[str, dict] = {}
+        for tid, (kind, first, last) in self.cpu.items():
+            a, b = self.wall[tid]
+            cpu = last - first
+            o = out.setdefault(kind, {"threads": 0, "cpu_s": 0.0, "alive_s": 0.0})
+            o["threads"] += 1
+            o["cpu_s"] += cpu
+            o["alive_s"] += b - a
+        for o in out.values():
+            o["busy"] = round(o["cpu_s"] / o["alive_s"], 3) if o["alive_s"] else None
+            o["cpu_s"] = round(o["cpu_s"], 3)
+            o["alive_s"] = round(o["alive_s"], 3)
+        return out
+
     def summary(self, top: int = 20) -> dict:
         out = {}
         for kind, n in self.samples.items():
             out[kind] = {"samples": n,
                          "steps": {k: round(v / n, 4) for k, v in self.steps[kind].most_common(top)},
                          "lines": {k: round(v / n, 4) for k, v in self.inner[kind].most_common(top)}}
+        out["thread_cpu"] = self.thread_cpu()
         return out
 
 
@@ -89,7 +132,12 @@ def _step(frame, outer: str) -> str:
 
 def fmt(summary: dict, top: int = 12) -> str:
     rows = []
+    for kind, c in summary.get("thread_cpu", {}).items():
+        rows.append(f"  cpu {kind}: {c['threads']} threads, {c['cpu_s']:.2f} s CPU over "
+                    f"{c['alive_s']:.2f} s alive (busy {c['busy']})")
     for kind, s in summary.items():
+        if kind == "thread_cpu":
+            continue
         rows.append(f"  {kind} ({s['samples']} samples)")
         rows += [f"    step {v * 100:5.1f}%  {k}" for k, v in list(s["steps"].items())[:top]]
         rows += [f"    line {v * 100:5.1f}%  {k}" for k, v in list(s["lines"].items())[:top]]
