@@ -437,7 +437,12 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-memtrace": {"_memtrace": True},
     "-nopw": {"_env": {"OCRFORGE_TORCH_POINTWISE": "0"}},  # 1x1 convolutions through cuDNN + bias add
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
-    "-infl32": {"gpu.max_inflight": 32},  # the default, the allocator's history recorded (slower)
+    "-infl32": {"gpu.max_inflight": 32},
+    "-infl256": {"gpu.max_inflight": 256},
+    # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":
+    # the behaviour before the setting (partial batches only when nothing else will fill them)
+    "-wait30": {"gpu.max_wait_ms": 30.0}, "-wait300": {"gpu.max_wait_ms": 300.0},
+    "-nowait": {"gpu.max_wait_ms": 1e9},  # the default, the allocator's history recorded (slower)
 }
 
 

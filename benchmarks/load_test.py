@@ -68,7 +68,9 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server {self.name} exited ({self.proc.returncode}); see {self.log_path}")
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"server {self.name} exited ({self.proc.returncode}); "
+                                   f"{self.log_path} ends:\n{tail}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return

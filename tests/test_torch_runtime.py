@@ -112,6 +112,20 @@ def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
             assert "".join(w.text for w in ln.words) == ln.text.replace(" ", "")
 
 
+def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
+    """gpu.max_wait_ms 0 launches every partial detection and recognition batch at once (many
+    small calls, lines of one page split over calls); waiting for full batches launches few.
+    The pages read the same either way, and a second run of the same scheduler too."""
+    eager = _scheduler(torch_cpu_engine, max_wait_ms=0.0, post_workers=2)
+    patient = _scheduler(torch_cpu_engine, max_wait_ms=1e9, post_workers=2)
+    items = pages * 3
+    want = [[(ln.text, ln.poly) for ln in p.lines] for p in patient.run(items)]
+    for _ in range(2):
+        got = [[(ln.text, ln.poly) for ln in p.lines] for p in eager.run(items)]
+        assert got == want
+    assert eager.stats.rec_batches > patient.stats.rec_batches
+
+
 def test_gpu_scheduler_db_in_processes(pages, torch_cpu_engine):
     """DB box extraction in spawned worker processes over shared memory gives the same lines."""
     threads = _scheduler(torch_cpu_engine, post_processes=0)

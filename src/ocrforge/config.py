@@ -183,6 +183,11 @@ class GpuConfig(_Section):
     # processes for the layout stage (None: auto on CUDA, 0 on CPU: on the driver thread)
     layout_processes: int | None = Field(None, ge=0)
     max_inflight: int = Field(128, ge=2)  # pages taken in and not yet emitted
+    # a partial batch (pages of one detection bucket, lines of one recognition width) is
+    # launched once its oldest item has waited this long: waiting for a full batch of a rare
+    # width held every page with such a line, and with max_inflight pages held, the intake
+    # stopped until the pipeline drained (GPU ~50 % busy; gpu_loop.py)
+    max_wait_ms: float = Field(100.0, ge=0)
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts
     warmup: Literal["lazy", "all"] | bool = "lazy"

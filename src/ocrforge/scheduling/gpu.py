@@ -95,6 +95,7 @@ class GpuPage:
     texts: list[tuple[str, float] | None] = field(default_factory=list)
     pending: int = 0
     whole: bool = False  # quads[-1] is the whole image (crop-like input)
+    since: float = 0.0  # when it joined its detection bucket's queue (perf_counter)
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -152,6 +153,7 @@ class GpuScheduler:
         self.gpu_decode = g.decode and self.cuda and _has_nvjpeg()
         self.decode_in_threads = self.gpu_decode and g.decode_in_threads
         self.max_inflight = g.max_inflight
+        self.max_wait = g.max_wait_ms / 1e3
         self.orient_batch = g.orient_batch
         self.thresh = float(runner.det_decode.thresh)
         # what runs inside each network's CUDA graph after it (same objects every call: they

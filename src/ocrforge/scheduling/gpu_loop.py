@@ -49,6 +49,7 @@ class DriverLoop:
         self.orienting: deque[tuple[list[GpuPage], torch.Tensor, Any]] = deque()
         self.post: deque[Future] = deque()  # contour jobs
         self.rec_q: dict[int, list[tuple[GpuPage, int, torch.Tensor, int, int]]] = {}
+        self.rec_t: dict[int, list[float]] = {}  # when each line of rec_q joined it
         # words need the characters' CTC steps and the space class per step (as on the CPU)
         self.steps = bool(s.layout and self.runner.config.layout.words)
         self.rec_out: deque = deque()
@@ -150,6 +151,7 @@ class DriverLoop:
 
     def place(self, p: GpuPage) -> None:
         p.rh, p.rw = self.runner.det_prep.shape(p.h, p.w, self.sch.limit)
+        p.since = time.perf_counter()
         self.waiting.setdefault(self.sch.page_bucket(p.rh, p.rw), []).append(p)
         self.n_waiting += 1
 
@@ -182,10 +184,11 @@ class DriverLoop:
 
     def launch_det(self) -> bool:
         launched = False
+        due = time.perf_counter() - self.sch.max_wait
         for b in list(self.waiting):
             g = self.waiting[b]
             nb = self.sch.det_batch_for(b)
-            while len(g) >= nb or (g and (self.inputs_done or not self.post)):
+            while len(g) >= nb or (g and (self.inputs_done or not self.post or g[0].since <= due)):
                 chunk, g = g[:nb], g[nb:]
                 self.n_waiting -= len(chunk)
                 t0 = time.perf_counter()
@@ -219,9 +222,11 @@ class DriverLoop:
         t0 = time.perf_counter()
         p.texts = [None] * len(p.quads)
         p.pending = len(p.quads)
+        now = time.perf_counter()
         for li, wb, crops, row, tw in crop_lines_torch(p.img, np.stack(p.quads), self.runner.rec_prep,
                                                        self.sch.rec.dtype):
             self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
+            self.rec_t.setdefault(wb, []).append(now)
         p.img = None
         self.stats.crop_s += time.perf_counter() - t0
 
@@ -231,6 +236,7 @@ class DriverLoop:
         while len(lst) >= nb or (force and lst):
             t0 = time.perf_counter()
             chunk, lst = lst[:nb], lst[nb:]
+            self.rec_t[wb] = self.rec_t[wb][len(chunk):]
             res = self.sch.with_oom_retry("rec", self.sch.rec_chunk, chunk, wb, self.steps)
             self.rec_out.extend(res)
             self.stats.rec_batches += len(res)
@@ -238,12 +244,13 @@ class DriverLoop:
         self.rec_q[wb] = lst
 
     def flush_rec(self) -> bool:
-        """Partial rec batches, when nothing else will fill them soon."""
-        if self.post or self.n_waiting or self.orienting:
-            return False
+        """Partial rec batches: when nothing else will fill them soon, or when their oldest
+        line has waited ``gpu.max_wait_ms``."""
+        idle = not (self.post or self.n_waiting or self.orienting)
+        due = time.perf_counter() - self.sch.max_wait
         flushed = False
         for wb in list(self.rec_q):
-            if self.rec_q[wb]:
+            if self.rec_q[wb] and (idle or self.rec_t[wb][0] <= due):
                 self.launch_rec(wb, force=True)
                 flushed = True
         return flushed
