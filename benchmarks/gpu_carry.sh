@@ -25,7 +25,8 @@ from importlib.metadata import version
 names = ["pyclipper", "shapely", "rapidfuzz", "pydantic", "pydantic-core", "annotated-types",
          "typing-inspection", "typing-extensions", "platformdirs", "psutil", "rich", "markdown-it-py",
          "mdurl", "pygments", "pypdfium2", "fastapi", "starlette", "uvicorn", "h11", "python-multipart",
-         "prometheus-client", "httpx", "httpcore", "anyio", "idna", "certifi", "click", "annotated-doc"]
+         "prometheus-client", "httpx", "httpcore", "anyio", "idna", "certifi", "click", "annotated-doc",
+         "opentelemetry-api", "fastapi-offline"]
 print(" ".join(f"{n}=={version(n)}" for n in names))
 EOF
 )
