@@ -102,3 +102,20 @@ def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path
         assert [ln["text"] for ln in page["lines"]] == _texts(ref[k]), k
         assert f"Stream request {k} line 5" in r.json()["text"]
     assert "Traceback" not in srv.log()
+
+
+def test_server_streams_to_the_gpu_scheduler_by_default_on_cuda_only():
+    """`ocrforge serve --device cuda` feeds the GPU scheduler (measured faster on a GPU);
+    torch on the CPU and ONNX Runtime keep batches through ocr_images unless asked."""
+    from types import SimpleNamespace
+
+    from ocrforge.config import EngineConfig
+    from ocrforge.server.batcher import streams_to_gpu
+
+    def eng(**kw):
+        return SimpleNamespace(config=EngineConfig(**kw))
+
+    cuda, cpu = eng(runtime="torch", device="cuda"), eng(runtime="torch", device="cpu")
+    assert streams_to_gpu(cuda, None) and not streams_to_gpu(cpu, None)
+    assert streams_to_gpu(cpu, True) and not streams_to_gpu(cuda, False)
+    assert not streams_to_gpu(eng(runtime="onnxruntime"), True)

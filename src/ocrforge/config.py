@@ -176,8 +176,9 @@ class GpuConfig(_Section):
         320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2560, 3200])
     decode: bool = True  # nvJPEG decode of plain JPEGs on the GPU (torchvision), batched
     # the nvJPEG calls in the decoder threads (on a stream of their own) rather than batched
-    # on the driver thread, whose time they took (a quarter of it on the H200, 2026-12-02)
-    decode_in_threads: bool = False
+    # on the driver thread, whose time they took (~3 ms a page): 140 against 108 real pages/s,
+    # GPU 89 % against 68 % busy (H100, 2026-12-05; docs/BENCHMARKS.md)
+    decode_in_threads: bool = True
     post_workers: int = Field(8, ge=1)  # threads for DB box extraction
     post_processes: int | None = Field(None, ge=0)  # DB processes (None: auto on CUDA, 0 on CPU)
     # processes for the layout stage (None: auto on CUDA, 0 on CPU: on the driver thread)

@@ -60,10 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send a request's headers (default 10)")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
-    b.add_argument("--gpu-pipeline", action="store_true",
+    b.add_argument("--gpu-pipeline", action=argparse.BooleanOptionalAction, default=None,
                    help="runtime torch: every request's pages join one long-lived run of the "
-                   "engine's GPU scheduler, which batches across requests (default off until "
-                   "measured on a GPU; off: each batch through engine.ocr_images)")
+                   "engine's GPU scheduler, which batches across requests (default: on for an "
+                   "engine on CUDA, off on the CPU; off: each batch through engine.ocr_images)")
     b.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     b.add_argument("--no-access-log", action="store_true", help="no per-request log lines")

@@ -84,10 +84,14 @@ def run_engine(engine: OCR, pages: list[PageImage], key: EngineKey) -> list[Page
     return engine.ocr_images(pages, ReadOptions(det_limit_side=det_limit, use_cls=use_cls))
 
 
-def streams_to_gpu(engine: OCR, gpu_pipeline: bool) -> bool:
+def streams_to_gpu(engine: OCR, gpu_pipeline: bool | None) -> bool:
     """Whether the server feeds this engine's pages to a long-lived GPU scheduler run
-    (``--gpu-pipeline``, runtime torch) rather than ``run_engine``."""
-    return gpu_pipeline and engine.config.runtime.backend == "torch"
+    (runtime torch; ``--gpu-pipeline``, by default on CUDA) rather than ``run_engine``."""
+    if engine.config.runtime.backend != "torch":
+        return False
+    if gpu_pipeline is None:
+        return str(engine.config.runtime.device).startswith("cuda")
+    return gpu_pipeline
 
 
 def run_stream(stream: Any, pages: list[PageImage]) -> list[Page]:
@@ -115,7 +119,7 @@ class Batcher:
         admission: Admission | None = None,
         max_decoded_pages: int | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
-        gpu_pipeline: bool = False,
+        gpu_pipeline: bool | None = None,
     ):
         if not engines:
             raise ValueError("at least one engine is needed")
