@@ -53,17 +53,57 @@ def test_stream_pages_from_many_threads_read_like_one_run(engine):
         stream.submit(imgs[0])
 
 
+def test_stream_gives_each_caller_its_page_in_whatever_order_pages_are_read():
+    """The scheduler hands pages over as they are read, not in submission order (a slow page
+    must not hold back other requests): each future still gets the page at its position."""
+    from ocrforge.result import Page
+
+    class Reversed:  # reads four pages, hands them over last first
+        def run_as_read(self, items, options=None):
+            got = []
+            for it in items:
+                if isinstance(it, str):
+                    got.append(it)
+                if len(got) == 4:
+                    break
+            for pos in reversed(range(4)):
+                yield pos, Page([], 1, 1, source=got[pos])
+            for _ in items:  # until closed
+                pass
+
+    stream = GpuStream(Reversed())
+    futs = [stream.submit(f"page {k}") for k in range(4)]
+    assert [f.result(timeout=30).source for f in futs] == [f"page {k}" for k in range(4)]
+    stream.close(30)
+
+
+def test_stream_with_layout_in_worker_processes_reads_like_one_run(engine):
+    """Pages laid out in worker processes reach their callers when their worker is done."""
+    imgs = [make_page(i)[0] for i in range(4)]
+    ref = [_texts(p) for p in engine.gpu_scheduler().run(imgs)]
+    eng = OCR(engine.config.with_(**{"gpu.layout_processes": 1}))
+    sch = eng.gpu_scheduler()
+    assert sch.layout_processes == 1
+    stream = GpuStream(sch)
+    futs = [stream.submit(im) for im in imgs]
+    got = [f.result(timeout=600) for f in futs]
+    stream.close(60)
+    eng.close()
+    assert [_texts(p) for p in got] == ref
+    assert all(ln.words for p in got for ln in p.lines)
+
+
 def test_a_failed_run_fails_its_waiting_pages_and_the_stream(engine, monkeypatch):
     sch = engine.gpu_scheduler()
-    real = sch.run
+    real = sch.run_as_read
 
     def failing_run(items, options=None):
-        for k, page in enumerate(real(items, options)):
+        for k, got in enumerate(real(items, options)):
             if k == 1:
                 raise RuntimeError("device lost")
-            yield page
+            yield got
 
-    monkeypatch.setattr(sch, "run", failing_run)
+    monkeypatch.setattr(sch, "run_as_read", failing_run)
     stream = GpuStream(sch)
     img = make_page(3)[0]
     first, second = stream.submit(img), stream.submit(img)

@@ -461,9 +461,17 @@ class GpuScheduler:
     def run(self, items: Iterable[Any], options: ReadOptions | None = None) -> Iterator[Page]:
         """OCR every page of every input, in input order; bad inputs yield error pages."""
         with self._lock:
-            yield from self._run(items, options)
+            yield from self._run(items, options, ordered=True)
 
-    def _run(self, items: Iterable[Any], options: ReadOptions | None) -> Iterator[Page]:
+    def run_as_read(self, items: Iterable[Any], options: ReadOptions | None = None
+                    ) -> Iterator[tuple[int, Page | PendingLayout]]:
+        """``run``'s pages as soon as each is read, with its position in input order (the
+        server's stream: a slow page holds back no other caller's). A page still being laid
+        out comes as a PendingLayout (``result()`` waits for it)."""
+        with self._lock:
+            yield from self._run(items, options, ordered=False)
+
+    def _run(self, items: Iterable[Any], options: ReadOptions | None, ordered: bool) -> Iterator:
         s = self.runner.settings(options)
         s.det_limit = self.limit
         self.ensure_db_pool()
@@ -489,7 +497,7 @@ class GpuScheduler:
         w.start("producer", lambda: self._produce(items, decoders, in_q, stop))
         w.start("driver", gpu)
         try:
-            yield from _in_order(out_q, gpu_err)
+            yield from (_in_order(out_q, gpu_err) if ordered else _as_read(out_q, gpu_err))
         finally:
             w.close()
             pool.shutdown(wait=True)
@@ -542,6 +550,15 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         raise gpu_err[0]
     for k in sorted(done):
         yield done[k]
+
+
+def _as_read(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[tuple[int, Any]]:
+    while (got := out_q.get()) is not _END:
+        if isinstance(got, BaseException):
+            raise got
+        yield got
+    if gpu_err:
+        raise gpu_err[0]
 
 
 def _laid_out(fut: PendingLayout) -> Page:

@@ -9,21 +9,22 @@ pipeline), so the GPU saw one small batch at a time.
     page = stream.submit(image).result()
     stream.close()
 
-Pages come out of the scheduler in submission order; each resolves the oldest pending future.
-When the queue runs dry the stream tells the scheduler to flush (``gpu.FLUSH``), so a lone
-request is not held back waiting for more pages.
+Each page resolves its caller's future as soon as it is read (``run_as_read``: its position
+in submission order names the future), so a slow page holds back no other caller's. When the
+queue runs dry the stream tells the scheduler to flush (``gpu.FLUSH``), so a lone request is
+not held back waiting for more pages.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
 from ocrforge.config import ReadOptions
 from ocrforge.scheduling.gpu import FLUSH, GpuScheduler
+from ocrforge.scheduling.layout_workers import PendingLayout
 
 _CLOSE = object()
 _IDLE_S = 0.1  # how often an idle stream hands control back to the run's producer
@@ -34,7 +35,9 @@ class GpuStream:
         self.sch = sch
         self.options = options
         self._q: queue.Queue = queue.Queue()
-        self._pending: deque[Future] = deque()
+        # futures by submission position, until their page is read (one page per submit)
+        self._pending: dict[int, Future] = {}
+        self._submitted = 0
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="ocrforge-gpu-stream", daemon=True)
@@ -51,7 +54,8 @@ class GpuStream:
         with self._lock:  # the pending order is the queue order
             if self._closed:
                 raise RuntimeError("the GPU stream is closed")
-            self._pending.append(fut)
+            self._pending[self._submitted] = fut
+            self._submitted += 1
             self._q.put(image)
         return fut
 
@@ -82,10 +86,13 @@ class GpuStream:
 
     def _run(self) -> None:
         try:
-            for page in self.sch.run(self._items(), self.options):
+            for pos, page in self.sch.run_as_read(self._items(), self.options):
                 with self._lock:
-                    fut = self._pending.popleft()
-                fut.set_result(page)
+                    fut = self._pending.pop(pos)
+                if isinstance(page, PendingLayout):  # resolved when its worker is done
+                    page.fut.add_done_callback(lambda _f, page=page, fut=fut: _settle(fut, page))
+                else:
+                    fut.set_result(page)
         except BaseException as e:  # the run failed: every waiting caller gets the error
             self._fail(e)
         else:
@@ -94,7 +101,15 @@ class GpuStream:
     def _fail(self, err: BaseException) -> None:
         with self._lock:
             self._closed = True
-            pending, self._pending = list(self._pending), deque()
+            pending, self._pending = list(self._pending.values()), {}
         for fut in pending:
             if not fut.done():
                 fut.set_exception(err)
+
+
+def _settle(fut: Future, page: PendingLayout) -> None:
+    """The caller's future from a page laid out in a worker (its result or its error)."""
+    try:
+        fut.set_result(page.result())
+    except Exception as e:  # a worker died or layout failed: this page's caller gets it
+        fut.set_exception(RuntimeError(f"layout stage failed ({type(e).__name__}: {e})"))
