@@ -442,7 +442,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":
     # the behaviour before the setting (partial batches only when nothing else will fill them)
     "-wait30": {"gpu.max_wait_ms": 30.0}, "-wait300": {"gpu.max_wait_ms": 300.0},
-    "-nowait": {"gpu.max_wait_ms": 1e9},  # the default, the allocator's history recorded (slower)
+    "-nowait": {"gpu.max_wait_ms": 1e9},
+    # detection shapes on a grid of 256 / 128 px instead of the page buckets (less padding)
+    "-step256": {"gpu.bucket_step": 256}, "-step128": {"gpu.bucket_step": 128},  # the default, the allocator's history recorded (slower)
 }
 
 

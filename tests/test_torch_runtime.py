@@ -126,6 +126,20 @@ def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
     assert eager.stats.rec_batches > patient.stats.rec_batches
 
 
+def test_gpu_scheduler_bucket_grid_reads_like_page_buckets(pages, torch_cpu_engine):
+    """gpu.bucket_step: detection shapes on a grid (each side rounded up to a multiple of the
+    step) instead of the fraction buckets; the same pages read the same lines, also through
+    the DB worker processes, whose shared-memory slots must hold the largest grid shape."""
+    grid = _scheduler(torch_cpu_engine, bucket_step=256, post_processes=1)
+    assert grid.page_bucket(320, 416) == (512, 512) and grid.page_bucket(736, 544) == (768, 768)
+    assert all(h % 256 == 0 and w % 256 == 0 for h, w in grid.page_buckets)
+    # (less padding moves a box by a pixel or so: a word space between scripts may differ)
+    ref = [[ln.text.replace(" ", "") for ln in p.lines] for p in _scheduler(torch_cpu_engine).run(pages)]
+    got = [[ln.text.replace(" ", "") for ln in p.lines] for p in grid.run(pages)]
+    grid.close()
+    assert got == ref and all(len(t) == 4 for t in got)
+
+
 def test_gpu_scheduler_db_in_processes(pages, torch_cpu_engine):
     """DB box extraction in spawned worker processes over shared memory gives the same lines."""
     threads = _scheduler(torch_cpu_engine, post_processes=0)

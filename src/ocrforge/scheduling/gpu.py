@@ -124,6 +124,12 @@ class SchedulerStats:
     post_s: float = 0.0  # CPU worker time in contour extraction (summed over threads)
     oom_retries: int = 0
     warmup_s: float = 0.0
+    # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
+    # and lines needed (detector input, text width x 48): the device work padding costs
+    det_mpx_run: float = 0.0
+    det_mpx_used: float = 0.0
+    rec_mpx_run: float = 0.0
+    rec_mpx_used: float = 0.0
 
 
 class GpuScheduler:
@@ -144,7 +150,11 @@ class GpuScheduler:
         self.rec_batch = cfg.rec_batch()
         self.det_pixels = int(g.det_batch_megapixels * 1024 * 1024)
         self.limit = det_limit or cfg.det.limit_side
+        self.bucket_step = g.bucket_step
         self.page_buckets = page_buckets_for(self.limit, g.page_buckets)
+        if self.bucket_step:  # what warmup="all" captures: the same common shapes, on the grid
+            self.page_buckets = sorted({self.page_bucket(*b) for b in self.page_buckets},
+                                       key=lambda b: (b[0] * b[1], b))
         self.post_workers = g.post_workers
         self.post_processes = _post_processes(g.post_processes, self.cuda)
         self._dbpool: Any = None
@@ -179,6 +189,9 @@ class GpuScheduler:
         return max(1, min(self.det_batch, self.det_pixels // (bucket[0] * bucket[1])))
 
     def page_bucket(self, rh: int, rw: int) -> tuple[int, int]:
+        if self.bucket_step:
+            st = self.bucket_step
+            return (-(-rh // st) * st, -(-rw // st) * st)
         for b in self.page_buckets:
             if rh <= b[0] and rw <= b[1]:
                 return b
@@ -312,6 +325,8 @@ class GpuScheduler:
         nb = self.det_batch_for((hb, wb))
         n = max(nb if len(pages) > 1 else 1, len(pages))
         x = torch.zeros((n, 3, hb, wb), device=self.dev, dtype=self.det.dtype)
+        self.stats.det_mpx_run += n * hb * wb / 1e6
+        self.stats.det_mpx_used += sum(p.rh * p.rw for p in pages) / 1e6
         dp = self.runner.det_prep
         for k, p in enumerate(pages):
             dp.prepare_torch(p.img, p.rh, p.rw, x[k])
@@ -325,8 +340,10 @@ class GpuScheduler:
         small = self.rec_small()
         # max(): after an out-of-memory split the batch size shrinks, and a half may be larger
         npad = small if n <= small else max(n, self.rec_batch_for(wb))
-        x = torch.zeros((npad, 3, self.runner.rec_prep.height, wb), device=self.dev,
-                        dtype=self.rec.dtype)
+        hs = self.runner.rec_prep.height
+        x = torch.zeros((npad, 3, hs, wb), device=self.dev, dtype=self.rec.dtype)
+        self.stats.rec_mpx_run += npad * hs * wb / 1e6
+        self.stats.rec_mpx_used += sum(min(c[4], wb) for c in chunk) * hs / 1e6
         i = 0
         while i < n:  # one copy per run of consecutive rows of one page's crop tensor
             crops, r0 = chunk[i][2], chunk[i][3]
@@ -405,7 +422,8 @@ class GpuScheduler:
             from ocrforge.scheduling.db_workers import ShmDBPool
 
             dd = self.runner.det_decode
-            self._dbpool = ShmDBPool(self.post_processes, max(max(b) for b in self.page_buckets),
+            side = max(max(b) for b in [*self.page_buckets, self.page_bucket(self.limit, self.limit)])
+            self._dbpool = ShmDBPool(self.post_processes, side,
                                      (dd.thresh, dd.box_thresh, dd.unclip_ratio,
                                       dd.max_candidates, dd.min_size))
 
