@@ -444,7 +444,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-wait30": {"gpu.max_wait_ms": 30.0}, "-wait300": {"gpu.max_wait_ms": 300.0},
     "-nowait": {"gpu.max_wait_ms": 1e9},
     # detection shapes on a grid of 256 / 128 px instead of the page buckets (less padding)
-    "-step256": {"gpu.bucket_step": 256}, "-step128": {"gpu.bucket_step": 128},  # the default, the allocator's history recorded (slower)
+    "-step256": {"gpu.bucket_step": 256}, "-step128": {"gpu.bucket_step": 128},
+    "-pow2": {"gpu.rec_pow2_rows": True},  # recognition batches in power-of-two row shapes  # the default, the allocator's history recorded (slower)
 }
 
 

@@ -140,6 +140,20 @@ def test_gpu_scheduler_bucket_grid_reads_like_page_buckets(pages, torch_cpu_engi
     assert got == ref and all(len(t) == 4 for t in got)
 
 
+def test_gpu_scheduler_pow2_rec_rows_read_the_same_with_less_padding(pages, torch_cpu_engine):
+    """gpu.rec_pow2_rows: a partial recognition batch runs in the smallest power-of-two shape
+    that holds it rather than the full one; padding rows never change what a line reads."""
+    two = _scheduler(torch_cpu_engine, max_wait_ms=0.0)
+    pow2 = _scheduler(torch_cpu_engine, max_wait_ms=0.0, rec_pow2_rows=True)
+    assert two.rec_row_shapes(320) == [2, 16] and pow2.rec_row_shapes(320) == [2, 4, 8, 16]
+    assert pow2.rec_rows_for(5, 320) == 8 and two.rec_rows_for(5, 320) == 16
+    items = pages * 3
+    want = [[(ln.text, ln.poly) for ln in p.lines] for p in two.run(items)]
+    assert [[(ln.text, ln.poly) for ln in p.lines] for p in pow2.run(items)] == want
+    assert pow2.stats.lines == two.stats.lines
+    assert pow2.stats.rec_rows_run < two.stats.rec_rows_run
+
+
 def test_gpu_scheduler_db_in_processes(pages, torch_cpu_engine):
     """DB box extraction in spawned worker processes over shared memory gives the same lines."""
     threads = _scheduler(torch_cpu_engine, post_processes=0)

@@ -176,6 +176,9 @@ class GpuConfig(_Section):
     # run 1.44x their pixels in page_buckets, 1.17x at 256, 1.08x at 128) for more shapes
     # (11, 16, 22 on the dev set), so more CUDA graphs; 0: page_buckets
     bucket_step: int = Field(0, ge=0, multiple_of=32)
+    # recognition batches in power-of-two shapes between the small (rec batch / 8) and the full
+    # one, not only those two (a batch of 17 lines then runs as 32 rows, not 128): more graphs
+    rec_pow2_rows: bool = False
     # recognition width buckets (height 48); None: multiples of rec.width_step (as on the CPU)
     rec_widths: list[int] | None = Field(default_factory=lambda: [
         320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2560, 3200])

@@ -130,6 +130,7 @@ class SchedulerStats:
     det_mpx_used: float = 0.0
     rec_mpx_run: float = 0.0
     rec_mpx_used: float = 0.0
+    rec_rows_run: int = 0  # recognition rows run, padding included (lines: the rows used)
 
 
 class GpuScheduler:
@@ -148,6 +149,7 @@ class GpuScheduler:
         self.cuda = self.dev.type == "cuda"
         self.det_batch = cfg.det_batch()
         self.rec_batch = cfg.rec_batch()
+        self.rec_pow2_rows = g.rec_pow2_rows
         self.det_pixels = int(g.det_batch_megapixels * 1024 * 1024)
         self.limit = det_limit or cfg.det.limit_side
         self.bucket_step = g.bucket_step
@@ -206,6 +208,21 @@ class GpuScheduler:
     def rec_small(self) -> int:
         return max(1, self.rec_batch // 8)
 
+    def rec_rows_for(self, n: int, width: int) -> int:
+        """The batch shape that ``n`` lines of this width bucket run in: the small shape or the
+        full one, or with ``gpu.rec_pow2_rows`` the smallest power of two between them that
+        holds n (more graphs, less padding: 17 lines otherwise run as 128)."""
+        small, full = self.rec_small(), self.rec_batch_for(width)
+        if n <= small:
+            return small
+        if n >= full:  # max(): after an out-of-memory split a half may be larger
+            return n
+        return min(full, 1 << (n - 1).bit_length()) if self.rec_pow2_rows else full
+
+    def rec_row_shapes(self, width: int) -> list[int]:
+        small, full = self.rec_small(), self.rec_batch_for(width)
+        return sorted({self.rec_rows_for(n, width) for n in range(small, full + 1)})
+
     def rec_batch_for(self, width: int) -> int:
         """Lines per recognition call at this width bucket: the rec batch size up to 1280 px
         wide, fewer for wider buckets (same pixels per call: bounded memory and capture time)."""
@@ -229,7 +246,7 @@ class GpuScheduler:
             h = self.runner.rec_prep.height
             steps = bool(self.runner.config.layout.enabled and self.runner.config.layout.words)
             for wb in self.rec_shapes():
-                self.rec.warmup([(n, 3, h, wb) for n in sorted({self.rec_small(), self.rec_batch_for(wb)})],
+                self.rec.warmup([(n, 3, h, wb) for n in self.rec_row_shapes(wb)],
                                 self.rec_post(steps))
             ori = self.orient_runtime()
             if ori is not None:
@@ -337,12 +354,11 @@ class GpuScheduler:
         """Recognise one batch of lines of width bucket ``wb``: (chunk, wb, indices, scores,
         space probabilities per step or None, event), copies on their way to the host."""
         n = len(chunk)
-        small = self.rec_small()
-        # max(): after an out-of-memory split the batch size shrinks, and a half may be larger
-        npad = small if n <= small else max(n, self.rec_batch_for(wb))
+        npad = self.rec_rows_for(n, wb)
         hs = self.runner.rec_prep.height
         x = torch.zeros((npad, 3, hs, wb), device=self.dev, dtype=self.rec.dtype)
         self.stats.rec_mpx_run += npad * hs * wb / 1e6
+        self.stats.rec_rows_run += npad
         self.stats.rec_mpx_used += sum(min(c[4], wb) for c in chunk) * hs / 1e6
         i = 0
         while i < n:  # one copy per run of consecutive rows of one page's crop tensor
