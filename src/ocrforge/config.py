@@ -193,9 +193,10 @@ class GpuConfig(_Section):
     layout_processes: int | None = Field(None, ge=0)
     max_inflight: int = Field(128, ge=2)  # pages taken in and not yet emitted
     # a partial batch (pages of one detection bucket, lines of one recognition width) is
-    # launched once its oldest item has waited this long: waiting for a full batch of a rare
-    # width held every page with such a line, and with max_inflight pages held, the intake
-    # stopped until the pipeline drained (GPU ~50 % busy; gpu_loop.py)
+    # launched once its oldest item has waited this long, besides whenever nothing else will
+    # fill it: bounds how long a page with a line of a rare width waits (a served request
+    # feels it). Rate-neutral at 100 ms on the real-page mix; 30 ms read slower (H100,
+    # 2026-12-05, docs/BENCHMARKS.md)
     max_wait_ms: float = Field(100.0, ge=0)
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts
