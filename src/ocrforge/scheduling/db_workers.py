@@ -40,9 +40,12 @@ def _work(slot: int, rh: int, rw: int, h: int, w: int, has_gray: bool = False) -
 
     buf = _W["shm"][slot].buf
     n = rh * rw
-    prob = np.frombuffer(buf, np.uint8, n, 0).reshape(rh, rw).astype(np.float32) * (1.0 / 255.0)
-    bitmap = np.frombuffer(buf, np.uint8, n, n).reshape(rh, rw).copy()
-    gray = np.frombuffer(buf, np.uint8, n, 2 * n).reshape(rh, rw).copy() if has_gray else None
+    # one pass to float (not astype, then a scaled copy); the planes are read in place: the
+    # slot is released only when this returns, and nothing here keeps them or writes to them
+    prob = np.multiply(np.frombuffer(buf, np.uint8, n, 0).reshape(rh, rw), np.float32(1.0 / 255.0),
+                       dtype=np.float32)
+    bitmap = np.frombuffer(buf, np.uint8, n, n).reshape(rh, rw)
+    gray = np.frombuffer(buf, np.uint8, n, 2 * n).reshape(rh, rw) if has_gray else None
     d = DetInput(np.empty((1, 3, rh, rw), np.float32), rh / h, rw / w, h, w, gray)
     return _W["dec"](prob, d, bitmap)
 
