@@ -576,7 +576,7 @@ def _in_order(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[Page
         if isinstance(got, BaseException):
             raise got
         seq, page = got
-        done[seq] = _laid_out(page) if isinstance(page, PendingLayout) else page
+        done[seq] = laid_out(page) if isinstance(page, PendingLayout) else page
         while nxt in done:
             yield done.pop(nxt)
             nxt += 1
@@ -595,7 +595,8 @@ def _as_read(out_q: queue.Queue, gpu_err: list[BaseException]) -> Iterator[tuple
         raise gpu_err[0]
 
 
-def _laid_out(fut: PendingLayout) -> Page:
+def laid_out(fut: PendingLayout) -> Page:
+    """The page once its worker has laid it out; a worker's failure as a RuntimeError."""
     try:
         return fut.result()
     except Exception as e:  # a worker died or layout failed: the run fails, as it would inline

@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ocrforge.config import ReadOptions
-from ocrforge.scheduling.gpu import FLUSH, GpuScheduler
+from ocrforge.scheduling.gpu import FLUSH, GpuScheduler, laid_out
 from ocrforge.scheduling.layout_workers import PendingLayout
 
 _CLOSE = object()
@@ -110,6 +110,6 @@ class GpuStream:
 def _settle(fut: Future, page: PendingLayout) -> None:
     """The caller's future from a page laid out in a worker (its result or its error)."""
     try:
-        fut.set_result(page.result())
-    except Exception as e:  # a worker died or layout failed: this page's caller gets it
-        fut.set_exception(RuntimeError(f"layout stage failed ({type(e).__name__}: {e})"))
+        fut.set_result(laid_out(page))
+    except RuntimeError as e:  # a worker died or layout failed: this page's caller gets it
+        fut.set_exception(e)
