@@ -445,7 +445,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-nowait": {"gpu.max_wait_ms": 1e9},
     # detection shapes on a grid of 256 / 128 px instead of the page buckets (less padding)
     "-step256": {"gpu.bucket_step": 256}, "-step128": {"gpu.bucket_step": 128},
-    "-pow2": {"gpu.rec_pow2_rows": True},  # recognition batches in power-of-two row shapes  # the default, the allocator's history recorded (slower)
+    "-pow2": {"gpu.rec_pow2_rows": True},  # recognition batches in power-of-two row shapes
+    "-lesspad": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True},  # both of the above
 }
 
 
