@@ -447,6 +447,10 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-step256": {"gpu.bucket_step": 256}, "-step128": {"gpu.bucket_step": 128},
     "-pow2": {"gpu.rec_pow2_rows": True},  # recognition batches in power-of-two row shapes
     "-lesspad": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True},  # both of the above
+    "-noidle": {"gpu.launch_when_idle": False},  # partial batches not launched on an idle GPU
+    "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread
+    "-lesspad-inline": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
+                        "runtime.capture_in_background": False},
 }
 
 

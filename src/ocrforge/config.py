@@ -112,6 +112,9 @@ class RuntimeConfig(_Section):
     torch_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     compile: bool = False  # torch.compile (inductor, static shapes)
     cuda_graphs: bool = False
+    # a new shape's CUDA graph is captured by a worker thread while the shape runs eagerly,
+    # instead of stalling the caller (the GPU scheduler's driver thread) for 0.3-1.5 s a shape
+    capture_in_background: bool = True
     # ONNX Runtime execution providers by short or full name, e.g. ["tensorrt", "cuda", "cpu"]
     providers: list[str] = Field(default_factory=lambda: ["cpu"])
     # backend openvino: "auto" = OpenVINO's choice for this CPU (BF16 where the CPU has it)
@@ -198,6 +201,10 @@ class GpuConfig(_Section):
     # feels it). Rate-neutral at 100 ms on the real-page mix; 30 ms read slower (H100,
     # 2026-12-05, docs/BENCHMARKS.md)
     max_wait_ms: float = Field(100.0, ge=0)
+    # a partial batch is also launched as soon as the GPU has finished everything launched
+    # before (continuous batching): a served page then never waits for others to fill its
+    # batch while the GPU idles; under full load the GPU is never idle and batches stay full
+    launch_when_idle: bool = True
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts
     warmup: Literal["lazy", "all"] | bool = "lazy"

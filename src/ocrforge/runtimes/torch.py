@@ -41,6 +41,7 @@ _set_compile_cache()
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
+from ocrforge.runtimes.torch_capture import BackgroundCapture  # noqa: E402
 from ocrforge.runtimes.torch_pointwise import fold_biases, pointwise_as_linear  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -148,6 +149,12 @@ class TorchRuntime:
         # likely why an engine held ~100 GB reserved for ~6 GB allocated on the H200 (not yet
         # re-measured with this stream; test_gpu_captures_reuse_their_warm_up_memory)
         self._capture_stream = torch.cuda.Stream(self.dev) if self.use_graphs else None
+        self._capture_lock = threading.Lock()  # one capture at a time on that stream
+        # new shapes captured by a worker thread while the caller runs them eagerly
+        # (torch_capture.py); not with torch.compile, whose tracing is not thread-safe
+        self.background = (BackgroundCapture(self._capture_into, self.dev)
+                           if self.use_graphs and cfg.capture_in_background and not self.compiled
+                           else None)
         self._pinned: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
 
@@ -169,22 +176,41 @@ class TorchRuntime:
         if not self.use_graphs:
             return fn(x)
         key = (tuple(x.shape), x.dtype, post)
-        g = self._graphs.get(key)
+        g = self._graphs.get(key) or self._graph_for(key, x, fn)
         if g is None:
-            seen = self._seen[key] = self._seen.get(key, 0) + 1
-            if len(self._graphs) >= self._max_graphs or seen <= self.capture_after:
-                self.counts["eager"] += 1
-                return fn(x)
-            t0 = time.perf_counter()
-            g = self._capture(x, fn)
-            self.counts["captures"] += 1
-            self.counts["capture_s"] += time.perf_counter() - t0
-            self._graphs[key] = g
+            self.counts["eager"] += 1
+            return fn(x)
         self.counts["replays"] += 1
         graph, static_in, static_out = g
         static_in.copy_(x)
         graph.replay()
         return static_out
+
+    def _graph_for(self, key: tuple, x: torch.Tensor, fn: Any, now: bool = False) -> tuple | None:
+        """The graph for a shape not captured yet: captured here (``now``, or no background
+        worker), requested from the worker (None meanwhile), or None (first use, or full)."""
+        seen = self._seen[key] = self._seen.get(key, 0) + 1
+        if len(self._graphs) >= self._max_graphs or seen <= self.capture_after:
+            return None
+        if self.background is not None and not now:
+            self.background.request(key, x, fn)
+            return None
+        self._capture_into(key, x, fn)
+        return self._graphs.get(key)
+
+    def _capture_into(self, key: tuple, x: torch.Tensor, fn: Any) -> None:
+        with self._capture_lock:
+            if key in self._graphs or len(self._graphs) >= self._max_graphs:
+                return
+            t0 = time.perf_counter()
+            g = self._capture(x, fn)
+            self.counts["captures"] += 1
+            self.counts["capture_s"] += time.perf_counter() - t0
+            self._graphs[key] = g
+
+    def wait_captures(self, timeout: float | None = None) -> bool:
+        """Block until the background captures asked for so far are installed."""
+        return self.background is None or self.background.wait(timeout)
 
     def _capture(self, x: torch.Tensor, fn: Any) -> tuple:
         static_in = x.clone()
@@ -211,14 +237,18 @@ class TorchRuntime:
         return graph, static_in, static_out
 
     def warmup(self, shapes: list[tuple[int, ...]], post: Any = None) -> float:
-        """Compile / capture the given input shapes (with ``post``, as forward) now; returns
-        seconds spent."""
+        """Compile / capture the given input shapes (with ``post``, as forward) now, on this
+        thread; returns seconds spent."""
         t0 = time.perf_counter()
+        fn = self.fn if post is None else _Then(self.fn, post)
         for shp in shapes:
-            x = torch.zeros(shp, device=self.dev, dtype=self.dtype)
+            x = self._prepare(torch.zeros(shp, device=self.dev, dtype=self.dtype))
             key = (tuple(x.shape), x.dtype, post)
-            self._seen[key] = max(self._seen.get(key, 0), self.capture_after)
-            self.forward(x, post)
+            if not self.use_graphs:
+                fn(x)
+            elif key not in self._graphs:
+                self._seen[key] = max(self._seen.get(key, 0), self.capture_after)
+                self._graph_for(key, x, fn, now=True)
         if self.cuda:
             torch.cuda.synchronize(self.dev)
         return time.perf_counter() - t0

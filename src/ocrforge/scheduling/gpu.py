@@ -166,6 +166,7 @@ class GpuScheduler:
         self.decode_in_threads = self.gpu_decode and g.decode_in_threads
         self.max_inflight = g.max_inflight
         self.max_wait = g.max_wait_ms / 1e3
+        self.launch_when_idle = g.launch_when_idle
         self.orient_batch = g.orient_batch
         self.thresh = float(runner.det_decode.thresh)
         # what runs inside each network's CUDA graph after it (same objects every call: they
@@ -448,6 +449,11 @@ class GpuScheduler:
             from ocrforge.scheduling.layout_workers import LayoutPool  # noqa: I001
 
             self.layout_pool = LayoutPool(self.layout_processes, self.runner.layout_settings())
+
+    def wait_captures(self, timeout: float | None = None) -> bool:
+        """Block until the CUDA graphs asked for so far (captured in the background) are in."""
+        rts = [self.det, self.rec, self.orient_runtime()]
+        return all(rt.wait_captures(timeout) for rt in rts if hasattr(rt, "wait_captures"))
 
     def close(self) -> None:
         if self._dbpool is not None:

@@ -53,6 +53,10 @@ class DriverLoop:
         # words need the characters' CTC steps and the space class per step (as on the CPU)
         self.steps = bool(s.layout and self.runner.config.layout.words)
         self.rec_out: deque = deque()
+        # the event of the latest device launch: once it has fired the GPU has nothing queued
+        # from this run, and waiting for a fuller batch would only leave it idle
+        self.last_ev: Any = None
+        self.idle_launch = sch.launch_when_idle
         self.live = 0  # pages taken in and not yet emitted
         self.inputs_done = False
         self.orient = sch.orient_runtime() is not None
@@ -75,6 +79,10 @@ class DriverLoop:
     def busy(self) -> bool:
         return bool(self.post or self.rec_out or self.orienting or self.n_waiting
                     or any(self.rec_q.values()))
+
+    def gpu_idle(self) -> bool:
+        """Everything launched has finished on the device (never on the CPU: no events)."""
+        return self.idle_launch and self.last_ev is not None and self.last_ev.query()
 
     def finished(self) -> bool:
         if not self.inputs_done or self.post or self.n_waiting or self.orienting \
@@ -146,6 +154,7 @@ class DriverLoop:
             chunk = todo[i : i + sch.orient_batch]
             for g, probs, ev in sch.with_oom_retry("orient", lambda g: (g, *sch.run_orient(g)), chunk):
                 self.orienting.append((g, probs, ev))
+                self.last_ev = ev
                 self.stats.orient_batches += 1
         self.stats.orient_s += time.perf_counter() - t0
 
@@ -185,16 +194,19 @@ class DriverLoop:
     def launch_det(self) -> bool:
         launched = False
         due = time.perf_counter() - self.sch.max_wait
+        idle = bool(self.n_waiting) and self.gpu_idle()
         for b in list(self.waiting):
             g = self.waiting[b]
             nb = self.sch.det_batch_for(b)
-            while len(g) >= nb or (g and (self.inputs_done or not self.post or g[0].since <= due)):
+            while len(g) >= nb or (g and (self.inputs_done or not self.post or idle
+                                          or g[0].since <= due)):
                 chunk, g = g[:nb], g[nb:]
                 self.n_waiting -= len(chunk)
                 t0 = time.perf_counter()
                 res = self.sch.with_oom_retry("det", lambda c, b=b: (c, *self.sch.run_det(c, *b)), chunk)
                 for c, prob, bm, ev in res:
                     self.post.append(self.pool.submit(self.sch.post, c, prob, bm, ev))
+                    self.last_ev = ev
                 self.stats.det_batches += len(res)
                 self.stats.det_s += time.perf_counter() - t0
                 launched = True
@@ -239,14 +251,16 @@ class DriverLoop:
             self.rec_t[wb] = self.rec_t[wb][len(chunk):]
             res = self.sch.with_oom_retry("rec", self.sch.rec_chunk, chunk, wb, self.steps)
             self.rec_out.extend(res)
+            self.last_ev = res[-1][-1]
             self.stats.rec_batches += len(res)
             self.stats.rec_s += time.perf_counter() - t0
         self.rec_q[wb] = lst
 
     def flush_rec(self) -> bool:
-        """Partial rec batches: when nothing else will fill them soon, or when their oldest
-        line has waited ``gpu.max_wait_ms``."""
-        idle = not (self.post or self.n_waiting or self.orienting)
+        """Partial rec batches: when nothing else will fill them soon, when the GPU has run
+        out of work, or when their oldest line has waited ``gpu.max_wait_ms``."""
+        idle = not (self.post or self.n_waiting or self.orienting) or (
+            any(self.rec_q.values()) and self.gpu_idle())
         due = time.perf_counter() - self.sch.max_wait
         flushed = False
         for wb in list(self.rec_q):
