@@ -449,6 +449,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-lesspad": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True},  # both of the above
     "-noidle": {"gpu.launch_when_idle": False},  # partial batches not launched on an idle GPU
     "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread
+    "-bgcap": {"runtime.capture_in_background": True},  # captures by a worker thread
     "-lesspad-inline": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
                         "runtime.capture_in_background": False},
 }

@@ -112,9 +112,13 @@ class RuntimeConfig(_Section):
     torch_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     compile: bool = False  # torch.compile (inductor, static shapes)
     cuda_graphs: bool = False
-    # a new shape's CUDA graph is captured by a worker thread while the shape runs eagerly,
-    # instead of stalling the caller (the GPU scheduler's driver thread) for 0.3-1.5 s a shape
-    capture_in_background: bool = True
+    # True: a new shape's CUDA graph is captured by a worker thread while the shape runs
+    # eagerly, instead of stalling the caller (the GPU scheduler's driver thread) 0.3-1.5 s a
+    # shape. Off by default: on the real-page mix (H100, 2026-12-05, one run each) it removed
+    # the late stalls (pass 3: 104.6 against 88.3 pages/s) but the first 1008 pages read at
+    # 16.4 against 26.5 pages/s (captures took 3x longer beside the eager runs), so a
+    # 1000-page job finished later
+    capture_in_background: bool = False
     # ONNX Runtime execution providers by short or full name, e.g. ["tensorrt", "cuda", "cpu"]
     providers: list[str] = Field(default_factory=lambda: ["cpu"])
     # backend openvino: "auto" = OpenVINO's choice for this CPU (BF16 where the CPU has it)
