@@ -450,6 +450,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-noidle": {"gpu.launch_when_idle": False},  # partial batches not launched on an idle GPU
     "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread
     "-bgcap": {"runtime.capture_in_background": True},  # captures by a worker thread
+    # a shape captured after 8 / 32 eager uses instead of 1 (rare shapes stay eager)
+    "-cap8": {"runtime.capture_after": 8}, "-cap32": {"runtime.capture_after": 32},
+    "-warm1": {"_env": {"OCRFORGE_CAPTURE_WARMUPS": "1"}},  # one warm-up run before a capture
     "-lesspad-inline": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
                         "runtime.capture_in_background": False},
 }

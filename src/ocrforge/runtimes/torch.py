@@ -10,7 +10,8 @@ CPU too); ``forward(tensor)`` is the device-side entry of the GPU scheduler (no 
 
 Settings (RuntimeConfig): device, torch_precision, compile, cuda_graphs. Environment:
 OCRFORGE_TORCH_COMPILE_MODE (default "default"; e.g. "max-autotune-no-cudagraphs"),
-OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CUDNN_BENCHMARK=1
+OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CAPTURE_WARMUPS (eager
+runs on the capture stream before a capture, default 2), OCRFORGE_CUDNN_BENCHMARK=1
 (cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1 convolutions
 as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
 TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
@@ -134,9 +135,11 @@ class TorchRuntime:
                                     dynamic=False, fullgraph=True)
         self.load_s = time.perf_counter() - t0
         self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
-        # a shape is captured on its second use: the first runs eagerly (and warms cuDNN and
-        # the allocator), so an engine serves its first pages without capturing anything
-        self.capture_after = 1
+        # a shape is captured after capture_after eager uses (by default on its second: the
+        # first warms cuDNN and the allocator, so an engine serves its first page uncaptured)
+        self.capture_after = cfg.capture_after
+        # warm-up runs on the capture stream before each capture (cuBLAS workspaces, allocations)
+        self.capture_warmups = int(os.environ.get("OCRFORGE_CAPTURE_WARMUPS", "2"))
         self.capture_mode = "thread_local"  # see _capture
         self._seen: dict[tuple, int] = {}
         self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0}
@@ -217,7 +220,7 @@ class TorchRuntime:
         s = self._capture_stream
         s.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(s):
-            for _ in range(2):  # warm-up: compilation, cuDNN/cuBLAS autotuning, allocations
+            for _ in range(self.capture_warmups):  # compilation, cuDNN/cuBLAS choices, memory
                 fn(static_in)
         torch.cuda.current_stream(self.dev).wait_stream(s)
         graph = torch.cuda.CUDAGraph()
