@@ -520,6 +520,7 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
         # pass 2 still meets a few shapes for the second time (batch sizes vary with timing)
         row["second_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
         row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
+        row["shape_uses"] = shape_uses(gp)
         extra = ""
         if trace is not None:
             row["memory_trace"] = trace.report()
@@ -545,6 +546,22 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
         if alloc and cuda:
             torch.cuda.empty_cache()
             torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
+
+
+def shape_uses(gp) -> dict:
+    """Per network: calls per input shape over the variant's life (first page, dev set, three
+    passes), and how many shapes a capture-after-K policy would capture (uses > K)."""
+    out = {}
+    for net, rt in (("det", gp.det), ("rec", gp.rec), ("orient", gp.orient_runtime())):
+        uses = getattr(rt, "uses", None)
+        if not uses:
+            continue
+        out[net] = {"shapes": len(uses), "calls": sum(uses.values()),
+                    "captured_if_after": {k: sum(n > k for n in uses.values())
+                                          for k in (1, 2, 4, 8, 16, 32, 64)},
+                    "top": [[list(s), n] for s, n in uses.most_common(12)],
+                    "rarest": [[list(s), n] for s, n in uses.most_common()[-6:]]}
+    return out
 
 
 def _restore_env(saved: dict) -> None:

@@ -121,7 +121,7 @@ class RuntimeConfig(_Section):
     capture_in_background: bool = False
     # uses of a shape that run eagerly before its CUDA graph is captured: a capture costs the
     # caller 0.3-1.5 s, a replay saves a few ms of launches against eager, so a shape used only
-    # a few times is cheaper left eager (benchmarks/gpu_shape_uses.py counts uses per shape)
+    # a few times is cheaper left eager (gpu_bench.py's variants count the uses per shape)
     capture_after: int = Field(1, ge=0)
     # ONNX Runtime execution providers by short or full name, e.g. ["tensorrt", "cuda", "cpu"]
     providers: list[str] = Field(default_factory=lambda: ["cpu"])
