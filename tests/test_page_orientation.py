@@ -210,3 +210,17 @@ def test_native_orientation_network_and_device_prep_match_the_host_path():
             with torch.inference_mode():
                 p_dev = net(dev).numpy()
             np.testing.assert_allclose(ort.run(ref), p_dev, atol=0.01)
+
+
+def test_area_resize_weights_are_built_once_per_size_and_equal_fresh_ones():
+    """The device resize's weight matrices are kept per (size in, size out): a page size seen
+    again reuses its matrix (fewer launches of the GPU driver thread), with the same values;
+    a matrix too large to keep is built each time."""
+    torch = pytest.importorskip("torch")
+    like = torch.zeros(1)
+    a = po._area_weights(1000, 256, like)
+    assert po._area_weights(1000, 256, like) is a
+    torch.testing.assert_close(a, po._area_weights_new(1000, 256, like.device, like.dtype), rtol=0, atol=0)
+    assert torch.allclose(a.sum(1), torch.ones(256))  # each output pixel averages its interval
+    big = (po._AREA_CACHE_MAX_ENTRIES // 256) + 1
+    assert po._area_weights(big, 256, like) is not po._area_weights(big, 256, like)
