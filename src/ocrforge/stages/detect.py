@@ -214,21 +214,43 @@ class DBDecoder:
         boxes = [b for b, _ in pieces]
         if d.gray is not None and self.gutter[0] > 0:
             boxes = split_at_gutters(boxes, d.gray, *self.gutter, cols=[c for _, c in pieces])
-        boxes = [b for b in (self._to_page(piece, sx, sy, d) for piece in boxes) if b is not None]
+        boxes = _to_page(boxes, sx, sy, d.orig_w, d.orig_h)
         return self.order(boxes) if self.order is not None else boxes
 
-    @staticmethod
-    def _to_page(box: np.ndarray, sx: float, sy: float, d: DetInput) -> np.ndarray | None:
-        """A detector-pixel box in page pixels, clockwise from top-left; None when too small."""
-        box = box.copy()
-        box[:, 0] = np.clip(np.round(box[:, 0] * sx), 0, d.orig_w)
-        box[:, 1] = np.clip(np.round(box[:, 1] * sy), 0, d.orig_h)
-        box = _order_clockwise(box)
-        w = int(np.linalg.norm(box[0] - box[1]))
-        h = int(np.linalg.norm(box[0] - box[3]))
-        if w <= 3 or h <= 3:
-            return None
-        return box.astype(np.float32)
+
+def _to_page(boxes: list[np.ndarray], sx: float, sy: float, w: int, h: int) -> list[np.ndarray]:
+    """Detector-pixel boxes in page pixels (w x h), each clockwise from top-left; boxes whose
+    sides are 3 page pixels or less dropped. All boxes at once: per box this was ~10 small
+    numpy calls, ~8 % of the DB step's time on the dev pages."""
+    if not boxes:
+        return []
+    b = np.stack(boxes).astype(np.float32)  # n x 4 x 2
+    b[:, :, 0] = np.clip(np.round(b[:, :, 0] * sx), 0, w)
+    b[:, :, 1] = np.clip(np.round(b[:, :, 1] * sy), 0, h)
+    b = _order_clockwise_all(b)
+    wide = np.linalg.norm(b[:, 0] - b[:, 1], axis=1).astype(np.int64) > 3
+    tall = np.linalg.norm(b[:, 0] - b[:, 3], axis=1).astype(np.int64) > 3
+    return list(b[wide & tall])
+
+
+def _order_clockwise_all(b: np.ndarray) -> np.ndarray:
+    """n x 4 x 2 boxes as tl, tr, br, bl (smallest / largest x + y, then of the other two the
+    smallest / largest y - x); a box whose x + y is the same at every corner stays as it is."""
+    n = len(b)
+    rows = np.arange(n)
+    s = b.sum(axis=2)
+    i_tl, i_br = s.argmin(axis=1), s.argmax(axis=1)
+    rest = np.ones((n, 4), bool)
+    rest[rows, i_tl] = False
+    rest[rows, i_br] = False
+    ok = i_tl != i_br
+    idx = np.argsort(~rest, axis=1, kind="stable")[:, :2]  # the two others, in corner order
+    d = b[rows[:, None], idx, 1] - b[rows[:, None], idx, 0]
+    i_tr = idx[rows, d.argmin(axis=1)]
+    i_bl = idx[rows, d.argmax(axis=1)]
+    out = b[rows[:, None], np.stack([i_tl, i_tr, i_br, i_bl], axis=1)]
+    out[~ok] = b[~ok]
+    return out
 
 
 def _mini_box(contour: np.ndarray) -> tuple[np.ndarray, float]:
@@ -269,19 +291,6 @@ def _unclip(box: np.ndarray, ratio: float) -> np.ndarray | None:
     if len(out) != 1:
         return None
     return np.array(out[0], np.float32)
-
-
-def _order_clockwise(pts: np.ndarray) -> np.ndarray:
-    """tl, tr, br, bl."""
-    s = pts.sum(axis=1)
-    d = np.diff(pts, axis=1).ravel()
-    tl, br = pts[np.argmin(s)], pts[np.argmax(s)]
-    rest = np.delete(pts, [np.argmin(s), np.argmax(s)], axis=0)
-    if len(rest) != 2:  # degenerate (duplicate corners): fall back to the min-area order
-        return pts
-    d = np.diff(rest, axis=1).ravel()
-    tr, bl = rest[np.argmin(d)], rest[np.argmax(d)]
-    return np.array([tl, tr, br, bl], np.float32)
 
 
 # ------------------------------------------------------------------ splitting at cell gaps
