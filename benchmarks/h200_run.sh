@@ -12,7 +12,9 @@
 #   env: PRE (a probe command), SKIP_TESTS=1, TESTS='pytest args, e.g. -k "a or b" files', BUDGET_S (bench sections started after it are skipped)
 #        SERVE='server args;server args' (after the bench: benchmarks/load_test.py's sweep at
 #        concurrency SERVE_CONC, default 1,8,32,64, on the dev images, once per argument set,
-#        e.g. SERVE="--runtime torch --device cuda --precision fp16;--runtime torch --device cuda --precision fp16 --gpu-pipeline")
+#        e.g. SERVE="--runtime torch --device cuda --precision fp16;--runtime torch --device cuda --precision fp16 --gpu-pipeline";
+#        a set "KEY=VAL ...@args" starts its server with that environment, e.g.
+#        SERVE="--device cuda;OCRFORGE_GPU__LAUNCH_WHEN_IDLE=false@--device cuda")
 set -uo pipefail
 out=${1:?output folder}
 sections=${2:-e2e}
@@ -41,8 +43,12 @@ if [ -n "${SERVE:-}" ]; then
   IFS=';' read -ra serve_sets <<< "$SERVE"
   for sargs in "${serve_sets[@]}"; do
     k=$((k + 1))
-    echo "== serving $k: $sargs"
-    timeout "${SERVE_TIMEOUT:-240}" python3 benchmarks/load_test.py --images .devset/images \
+    # "KEY=VAL KEY2=VAL2@server args": the server (started by the load tool) gets that environment
+    senv=""
+    if [[ "$sargs" == *@* ]]; then senv=${sargs%%@*}; sargs=${sargs#*@}; fi
+    echo "== serving $k: ${senv:+$senv @ }$sargs"
+    # shellcheck disable=SC2086  # senv is a list of KEY=VAL words
+    env $senv timeout "${SERVE_TIMEOUT:-240}" python3 benchmarks/load_test.py --images .devset/images \
       --scenarios sweep --concurrency "${SERVE_CONC:-1,8,32,64}" --requests "${SERVE_REQUESTS:-256}" \
       --warmup 64 --max-seconds 60 --server-args "$sargs" --out "$out/serve$k.json" \
       --markdown "$out/serve$k.md" 2>&1 | tail -20
