@@ -143,7 +143,7 @@ class TorchRuntime:
         self.capture_mode = "thread_local"  # see _capture
         self._seen: dict[tuple, int] = {}
         self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0}
-        self.uses: Counter = Counter()  # forward calls per input shape (what captures would pay)
+        self.uses: Counter = Counter()  # CUDA-graph path: calls per input shape (what captures pay)
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
         self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
@@ -177,10 +177,10 @@ class TorchRuntime:
         next call. ``post`` must be the same object from call to call (it is part of the key)."""
         x = self._prepare(x)
         fn = self.fn if post is None else _Then(self.fn, post)
-        self.uses[tuple(x.shape)] += 1
         if not self.use_graphs:
             return fn(x)
         key = (tuple(x.shape), x.dtype, post)
+        self.uses[key[0]] += 1  # bucketed shapes only: a few hundred at most
         g = self._graphs.get(key) or self._graph_for(key, x, fn)
         if g is None:
             self.counts["eager"] += 1
