@@ -454,8 +454,6 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-cap8": {"runtime.capture_after": 8}, "-cap32": {"runtime.capture_after": 32},
     "-warm1": {"_env": {"OCRFORGE_CAPTURE_WARMUPS": "1"}},  # one warm-up run before a capture
     "-lesspad-cap8": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True, "runtime.capture_after": 8},
-    "-lesspad-inline": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
-                        "runtime.capture_in_background": False},
 }
 
 
