@@ -454,97 +454,116 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-cap8": {"runtime.capture_after": 8}, "-cap32": {"runtime.capture_after": 32},
     "-warm1": {"_env": {"OCRFORGE_CAPTURE_WARMUPS": "1"}},  # one warm-up run before a capture
     "-lesspad-cap8": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True, "runtime.capture_after": 8},
+    "-head32": {"_env": {"OCRFORGE_TORCH_FP16_SAFE": "0"}},  # recognition's head in FP32 (before)
+    # torch.compile (inductor) with symbolic batch and spatial sizes: one compilation per network
+    "-compdyn": {"runtime.compile": True, "_env": {"OCRFORGE_TORCH_COMPILE_DYNAMIC": "1"}},
+    "-lesspad-compdyn": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True, "runtime.compile": True,
+                         "_env": {"OCRFORGE_TORCH_COMPILE_DYNAMIC": "1"}},
 }
 
 
 def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int) -> None:
     """The default engine with one setting changed each (DEFAULT_VARIANTS): start, the real-page
     mix (dev images repeated, shuffled) and the dev set's CER, in few seconds per variant."""
-    import torch
-
-    from ocrforge import OCR
     from ocrforge.evaluation.dataset import load_dataset
-    from ocrforge.evaluation.eval import score_pages
 
     recs = load_dataset(dev_dir)
     real = [str(r.image) for r in recs] * (-(-n_pages // len(recs)))
     np.random.default_rng(1).shuffle(real)
     out = RESULTS.setdefault("variants", {})
-    cuda = ARGS.device.startswith("cuda")
     for name in names:
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        change = dict(DEFAULT_VARIANTS[name])
-        trace = MemoryTrace() if change.pop("_memtrace", False) and cuda else None
-        alloc = change.pop("_alloc", None)
-        env = change.pop("_env", {})
-        saved_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        if alloc and cuda:
-            torch.cuda.memory._set_allocator_settings(alloc)
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(change.pop("_switch_ms", switch * 1e3) / 1e3)
-        t0 = time.perf_counter()
-        eng = OCR(device=ARGS.device, **({} if cuda else {"runtime": "torch"}), **change, **engine_kw)
-        pool = eng.gpu_pool() if cuda else None  # several driver processes: read_many's path
-        gp = None if pool is not None else eng.gpu_scheduler()
-        read = eng.read_many if pool is not None else gp.run
-        list(read(real[:1]))
-        row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": time.perf_counter() - t0,
-                     "processes": len(pool.engines) if pool is not None else 1}
-        dpages = list(read([str(r.image) for r in recs]))  # also the warm-up of the shapes
-        sc = score_pages(recs, dpages)["overall"]
-        row.update(dev_cer=sc.get("cer"), dev_cer_aligned=sc.get("cer_aligned"), dev_det_f1=sc.get("det_f1"))
-        if pool is not None:
-            for k in ("first_pass", "second_pass"):
-                row[k] = pool_pass(read, real[:n_pages])
-            row.update(pool_pass(read, real[:n_pages]))
-            out[name or "default"] = row
+        env = dict(os.environ)
+        try:
+            one_variant(engine_kw, name, recs, real[:n_pages], out)
+        except Exception as e:  # noqa: BLE001 - a failing variant must not end the call
+            os.environ.clear()
+            os.environ.update(env)
+            out[name or "default"] = {"change": DEFAULT_VARIANTS[name], "error": repr(e)[:2000]}
             save(ARGS.out)
-            log(f"variant {name or 'default'} ({row['processes']} processes): "
-                f"{row['pages_per_s']:.1f} pages/s (pass 1 {row['first_pass']['pages_per_s']:.1f}, "
-                f"pass 2 {row['second_pass']['pages_per_s']:.1f}) util "
-                f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} "
-                f"ms/page GPU mem used {row['gpu_util'].get('mem_used_max_MiB', -1):.0f} MiB first "
-                f"page {row['first_page_s']:.1f}s dev CER {row['dev_cer'] or -1:.4f} (aligned "
-                f"{row['dev_cer_aligned'] or -1:.4f}) det F1 {row['dev_det_f1'] or -1:.4f}")
-            eng.close()
-            sys.setswitchinterval(switch)
-            _restore_env(saved_env)
-            continue
-        # pass 1 still captures the CUDA graphs of shapes met for the second time; pass 2 (the
-        # same pages again) is the steady rate
-        row["first_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
-        # pass 2 still meets a few shapes for the second time (batch sizes vary with timing)
-        row["second_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
-        row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
-        row["shape_uses"] = shape_uses(gp)
-        extra = ""
-        if trace is not None:
-            row["memory_trace"] = trace.report()
-            extra += fmt_memory(row["memory_trace"]) + "\n"
-        elif cuda and ARGS.kernel_pages:
-            row["kernels"] = stage_kernels(gp, real[: ARGS.kernel_pages])
-            extra += fmt_stage_kernels(row["kernels"]) + "\n"
+            log(f"variant {name or 'default'} failed: {e!r}"[:3000])
+
+
+def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -> None:
+    import torch
+
+    from ocrforge import OCR
+    from ocrforge.evaluation.eval import score_pages
+
+    n_pages = len(real)
+    cuda = ARGS.device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    change = dict(DEFAULT_VARIANTS[name])
+    trace = MemoryTrace() if change.pop("_memtrace", False) and cuda else None
+    alloc = change.pop("_alloc", None)
+    env = change.pop("_env", {})
+    saved_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    if alloc and cuda:
+        torch.cuda.memory._set_allocator_settings(alloc)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(change.pop("_switch_ms", switch * 1e3) / 1e3)
+    t0 = time.perf_counter()
+    eng = OCR(device=ARGS.device, **({} if cuda else {"runtime": "torch"}), **change, **engine_kw)
+    pool = eng.gpu_pool() if cuda else None  # several driver processes: read_many's path
+    gp = None if pool is not None else eng.gpu_scheduler()
+    read = eng.read_many if pool is not None else gp.run
+    list(read(real[:1]))
+    row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": time.perf_counter() - t0,
+                 "processes": len(pool.engines) if pool is not None else 1}
+    dpages = list(read([str(r.image) for r in recs]))  # also the warm-up of the shapes
+    sc = score_pages(recs, dpages)["overall"]
+    row.update(dev_cer=sc.get("cer"), dev_cer_aligned=sc.get("cer_aligned"), dev_det_f1=sc.get("det_f1"))
+    if pool is not None:
+        for k in ("first_pass", "second_pass"):
+            row[k] = pool_pass(read, real[:n_pages])
+        row.update(pool_pass(read, real[:n_pages]))
         out[name or "default"] = row
         save(ARGS.out)
-        log(f"variant {name or 'default'} {DEFAULT_VARIANTS[name]}: {row['pages_per_s']:.1f} pages/s "
-            f"(pass 1 {row['first_pass']['pages_per_s']:.1f}, pass 2 "
-            f"{row['second_pass']['pages_per_s']:.1f}) util "
-            f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page (pools {row.get('pool_cpu_ms_per_page')}) "
-            f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
-            f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
-            f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n    graph calls "
-            f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
-            f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
+        log(f"variant {name or 'default'} ({row['processes']} processes): "
+            f"{row['pages_per_s']:.1f} pages/s (pass 1 {row['first_pass']['pages_per_s']:.1f}, "
+            f"pass 2 {row['second_pass']['pages_per_s']:.1f}) util "
+            f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} "
+            f"ms/page GPU mem used {row['gpu_util'].get('mem_used_max_MiB', -1):.0f} MiB first "
+            f"page {row['first_page_s']:.1f}s dev CER {row['dev_cer'] or -1:.4f} (aligned "
+            f"{row['dev_cer_aligned'] or -1:.4f}) det F1 {row['dev_det_f1'] or -1:.4f}")
         eng.close()
         sys.setswitchinterval(switch)
         _restore_env(saved_env)
-        del gp, eng
-        if alloc and cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
+        return
+    # pass 1 still captures the CUDA graphs of shapes met for the second time; pass 2 (the
+    # same pages again) is the steady rate
+    row["first_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
+    # pass 2 still meets a few shapes for the second time (batch sizes vary with timing)
+    row["second_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
+    row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
+    row["shape_uses"] = shape_uses(gp)
+    extra = ""
+    if trace is not None:
+        row["memory_trace"] = trace.report()
+        extra += fmt_memory(row["memory_trace"]) + "\n"
+    elif cuda and ARGS.kernel_pages:
+        row["kernels"] = stage_kernels(gp, real[: ARGS.kernel_pages])
+        extra += fmt_stage_kernels(row["kernels"]) + "\n"
+    out[name or "default"] = row
+    save(ARGS.out)
+    log(f"variant {name or 'default'} {DEFAULT_VARIANTS[name]}: {row['pages_per_s']:.1f} pages/s "
+        f"(pass 1 {row['first_pass']['pages_per_s']:.1f}, pass 2 "
+        f"{row['second_pass']['pages_per_s']:.1f}) util "
+        f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page (pools {row.get('pool_cpu_ms_per_page')}) "
+        f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
+        f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
+        f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n    graph calls "
+        f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
+        f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
+    eng.close()
+    sys.setswitchinterval(switch)
+    _restore_env(saved_env)
+    del gp, eng
+    if alloc and cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
 
 
 def shape_uses(gp) -> dict:

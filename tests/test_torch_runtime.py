@@ -316,6 +316,28 @@ def test_bf16_keeps_the_rec_head_fp32(pages):
     assert any("1,234.50" in ln.text for ln in page.lines), [ln.text for ln in page.lines]
 
 
+def test_fp16_runs_the_rec_head_in_fp16_with_fp32_probabilities(monkeypatch):
+    """FP16 weights and logits in the head read the dev set's lines the same
+    (benchmarks/rec_head_precision.py); the softmax still gives FP32 probabilities. The head
+    stays FP32 under BF16 and when OCRFORGE_TORCH_FP16_SAFE=0. Runs on the CPU."""
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.torch_rec import RecNet
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    def head_dtype(precision: str) -> torch.dtype:
+        rt = TorchRuntime(RecNet(num_classes=50), RuntimeConfig(backend="torch", torch_precision=precision))
+        return rt.net.head.weight.dtype, rt
+
+    dt, rt = head_dtype("fp16")
+    assert dt == torch.float16
+    probs = rt.forward(torch.randn(2, 3, 48, 64))
+    assert probs.dtype == torch.float32 and probs.shape == (2, 8, 50)
+    torch.testing.assert_close(probs.sum(2), torch.ones(2, 8), atol=1e-5, rtol=0)
+    assert head_dtype("bf16")[0] == torch.float32
+    monkeypatch.setenv("OCRFORGE_TORCH_FP16_SAFE", "0")
+    assert head_dtype("fp16")[0] == torch.float32
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

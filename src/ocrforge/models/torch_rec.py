@@ -88,7 +88,11 @@ class RecNeck(nn.Module):
 class RecNet(nn.Module):
     """Text line (N, 3, 48, W) -> per-step class probabilities (N, W/8, classes)."""
 
-    keep_fp32 = ("head",)  # logits feed a softmax: low precision there drops characters
+    # logits feed a softmax: BF16's 8-bit mantissa is kept out of them. In FP16 (weights and
+    # logits; softmax in FP32) the dev set's 127,980 steps changed 2 argmaxes and no line
+    # (benchmarks/rec_head_precision.py), and an FP32 head cost ~1/5 of a batch on the H200
+    keep_fp32 = ("head",)
+    fp16_safe = ("head",)
 
     def __init__(self, num_classes: int = 18710):
         super().__init__()
@@ -106,7 +110,8 @@ class RecNet(nn.Module):
         return self.head(x.squeeze(2).transpose(1, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.logits(x), dim=2)
+        # FP32 probabilities from FP16 logits in one kernel on CUDA (no FP32 copy of the logits)
+        return torch.softmax(self.logits(x), dim=2, dtype=torch.float32)
 
 
 def rec_from_onnx(path: str | Path) -> RecNet:

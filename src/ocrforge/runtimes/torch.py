@@ -3,16 +3,20 @@ torch.compile (inductor, static shapes) and CUDA graph capture per input shape.
 
 It knows nothing about OCR: the module it runs (a native network from models/) is handed in.
 A module may name submodules that must stay FP32 in low precision (``keep_fp32``, e.g. the
-recognition head whose logits feed a softmax); their inputs are cast up automatically.
+recognition head whose logits feed a softmax); their inputs are cast up automatically. Those it
+also names in ``fp16_safe`` (measured to read the same in FP16) stay FP32 only under BF16.
 
 ``run(np.float32 NCHW) -> np.float32`` is the Runtime contract (the CPU engine uses it, on the
 CPU too); ``forward(tensor)`` is the device-side entry of the GPU scheduler (no host round trip).
 
 Settings (RuntimeConfig): device, torch_precision, compile, cuda_graphs. Environment:
 OCRFORGE_TORCH_COMPILE_MODE (default "default"; e.g. "max-autotune-no-cudagraphs"),
+OCRFORGE_TORCH_COMPILE_DYNAMIC=1 (one compilation whose batch and spatial sizes are symbolic,
+instead of one per input shape),
 OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CAPTURE_WARMUPS (eager
 runs on the capture stream before a capture, default 2), OCRFORGE_CUDNN_BENCHMARK=1
-(cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1 convolutions
+(cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_FP16_SAFE=0 (keep every keep_fp32
+submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1 convolutions
 as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
 TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
 """
@@ -62,6 +66,14 @@ def _cast_input_fp32(_mod: nn.Module, args: tuple) -> tuple:
     return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
 
+def _kept_fp32(net: nn.Module, dtype: torch.dtype) -> tuple[str, ...]:
+    """The submodules of ``net`` that run in FP32 under ``dtype``."""
+    keep = tuple(getattr(net, "keep_fp32", ()))
+    if dtype == torch.float16 and os.environ.get("OCRFORGE_TORCH_FP16_SAFE", "1") == "1":
+        keep = tuple(k for k in keep if k not in getattr(net, "fp16_safe", ()))
+    return keep
+
+
 class _Float32Out(nn.Module):
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -94,6 +106,7 @@ class TorchRuntime:
         self.cuda = self.dev.type == "cuda"
         self.use_graphs = bool(cfg.cuda_graphs) and self.cuda
         self.compiled = bool(cfg.compile)
+        self.dynamic = self.compiled and os.environ.get("OCRFORGE_TORCH_COMPILE_DYNAMIC") == "1"
         mode = os.environ.get("OCRFORGE_TORCH_COMPILE_MODE", "default")
         self.name = (self.label + ":" if self.label else "") + "torch[" + ",".join(
             [self.device, self.precision]
@@ -114,10 +127,10 @@ class TorchRuntime:
         self.pointwise = 0
         if self.cuda and os.environ.get("OCRFORGE_TORCH_POINTWISE", "1") == "1":
             fold_biases(self.net)
-            self.pointwise = pointwise_as_linear(self.net, tuple(getattr(self.net, "keep_fp32", ())))
+            self.pointwise = pointwise_as_linear(self.net, _kept_fp32(self.net, self.dtype))
         self.module = _Float32Out(self.net).to(self.dev, self.dtype).eval()
         if self.dtype != torch.float32:
-            for sub in getattr(self.net, "keep_fp32", ()):
+            for sub in _kept_fp32(self.net, self.dtype):
                 m = self.net.get_submodule(sub)
                 m.float()
                 m.register_forward_pre_hook(_cast_input_fp32)
@@ -129,10 +142,11 @@ class TorchRuntime:
         if self.compiled:
             import torch._dynamo as dynamo
 
-            # static shapes: one specialisation per shape bucket, kept side by side
+            # static shapes: one specialisation per shape bucket, kept side by side; dynamic:
+            # batch and spatial sizes symbolic (marked per call), so new buckets reuse the code
             dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
             self.fn = torch.compile(self.module, mode=None if mode == "default" else mode,
-                                    dynamic=False, fullgraph=True)
+                                    dynamic=None if self.dynamic else False, fullgraph=True)
         self.load_s = time.perf_counter() - t0
         self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
         # a shape is captured after capture_after eager uses (by default on its second: the
@@ -142,7 +156,9 @@ class TorchRuntime:
         self.capture_warmups = int(os.environ.get("OCRFORGE_CAPTURE_WARMUPS", "2"))
         self.capture_mode = "thread_local"  # see _capture
         self._seen: dict[tuple, int] = {}
-        self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0}
+        # capture_s = warm_s (the warm-up runs) + graph_s (capture and instantiation): host time
+        self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0,
+                       "warm_s": 0.0, "graph_s": 0.0}
         self.uses: Counter = Counter()  # CUDA-graph path: calls per input shape (what captures pay)
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
         self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
@@ -165,7 +181,18 @@ class TorchRuntime:
     # ------------------------------------------------------------------ device side
     def _prepare(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.dev, self.dtype, non_blocking=True)
-        return x.contiguous(memory_format=torch.channels_last) if self.cuda else x
+        x = x.contiguous(memory_format=torch.channels_last) if self.cuda else x
+        return self._mark_dynamic(x)
+
+    def _mark_dynamic(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dynamic:
+            import torch._dynamo as dynamo
+
+            # size-1 dimensions stay specialised (dynamo's 0/1 rule): batch 1 compiles apart
+            for d in (0, 2, 3):
+                if x.shape[d] > 1:
+                    dynamo.mark_dynamic(x, d)
+        return x
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor, post: Any = None) -> Any:
@@ -218,13 +245,15 @@ class TorchRuntime:
         return self.background is None or self.background.wait(timeout)
 
     def _capture(self, x: torch.Tensor, fn: Any) -> tuple:
-        static_in = x.clone()
+        static_in = self._mark_dynamic(x.clone())
         s = self._capture_stream
         s.wait_stream(torch.cuda.current_stream(self.dev))
+        t0 = time.perf_counter()
         with torch.cuda.stream(s):
             for _ in range(self.capture_warmups):  # compilation, cuDNN/cuBLAS choices, memory
                 fn(static_in)
         torch.cuda.current_stream(self.dev).wait_stream(s)
+        t1 = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
         # Not torch.cuda.graph(): on entry it synchronises the device and empties both the
         # device cache and the pinned host cache, so every capture in a running engine made the
@@ -239,6 +268,8 @@ class TorchRuntime:
                 static_out = fn(static_in)
             finally:
                 graph.capture_end()
+        self.counts["warm_s"] += t1 - t0
+        self.counts["graph_s"] += time.perf_counter() - t1
         return graph, static_in, static_out
 
     def warmup(self, shapes: list[tuple[int, ...]], post: Any = None) -> float:
