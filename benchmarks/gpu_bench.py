@@ -454,6 +454,10 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-cap8": {"runtime.capture_after": 8}, "-cap32": {"runtime.capture_after": 32},
     "-warm1": {"_env": {"OCRFORGE_CAPTURE_WARMUPS": "1"}},  # one warm-up run before a capture
     "-lesspad-cap8": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True, "runtime.capture_after": 8},
+    # depthwise convolutions by PyTorch's kernel, not cuDNN (no per-shape execution plans)
+    "-dwnative": {"_env": {"OCRFORGE_TORCH_DEPTHWISE": "native"}},
+    "-lesspad-dwnative": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
+                          "_env": {"OCRFORGE_TORCH_DEPTHWISE": "native"}},
     "-head32": {"_env": {"OCRFORGE_TORCH_FP16_SAFE": "0"}},  # recognition's head in FP32 (before)
     # torch.compile (inductor) with symbolic batch and spatial sizes: one compilation per network
     "-compdyn": {"runtime.compile": True, "_env": {"OCRFORGE_TORCH_COMPILE_DYNAMIC": "1"}},

@@ -15,7 +15,8 @@ OCRFORGE_TORCH_COMPILE_DYNAMIC=1 (one compilation whose batch and spatial sizes 
 instead of one per input shape),
 OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CAPTURE_WARMUPS (eager
 runs on the capture stream before a capture, default 2), OCRFORGE_CUDNN_BENCHMARK=1
-(cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_FP16_SAFE=0 (keep every keep_fp32
+(cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_DEPTHWISE=native (depthwise
+convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py), OCRFORGE_TORCH_FP16_SAFE=0 (keep every keep_fp32
 submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1 convolutions
 as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
 TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
@@ -47,6 +48,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 from ocrforge.runtimes.torch_capture import BackgroundCapture  # noqa: E402
+from ocrforge.runtimes.torch_depthwise import depthwise_native  # noqa: E402
 from ocrforge.runtimes.torch_pointwise import fold_biases, pointwise_as_linear  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -128,6 +130,9 @@ class TorchRuntime:
         if self.cuda and os.environ.get("OCRFORGE_TORCH_POINTWISE", "1") == "1":
             fold_biases(self.net)
             self.pointwise = pointwise_as_linear(self.net, _kept_fp32(self.net, self.dtype))
+        self.depthwise = 0
+        if self.cuda and os.environ.get("OCRFORGE_TORCH_DEPTHWISE", "cudnn") == "native":
+            self.depthwise = depthwise_native(self.net)
         self.module = _Float32Out(self.net).to(self.dev, self.dtype).eval()
         if self.dtype != torch.float32:
             for sub in _kept_fp32(self.net, self.dtype):
