@@ -112,6 +112,32 @@ def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
             assert "".join(w.text for w in ln.words) == ln.text.replace(" ", "")
 
 
+def test_gpu_scheduler_runs_keep_their_driver_thread(pages, torch_cpu_engine, monkeypatch):
+    """PyTorch keeps cuDNN's execution plans per thread: a new driver thread per run built them
+    again for every shape it met (H100, 2026-12-06). Consecutive runs use one driver thread,
+    overlapping runs two, and none is left busy."""
+    import threading
+
+    from ocrforge.scheduling import gpu_loop
+
+    seen: list[threading.Thread] = []  # thread objects: an ended thread's ident may be reused
+    real = gpu_loop.DriverLoop.run
+
+    def run(self):
+        seen.append(threading.current_thread())
+        return real(self)
+
+    monkeypatch.setattr(gpu_loop.DriverLoop, "run", run)
+    gs = torch_cpu_engine.gpu_scheduler()
+    first = [p.text for p in gs.run(pages[:1])]
+    assert [p.text for p in gs.run(pages[:1])] == first
+    assert len(seen) == 2 and seen[0] is seen[1]
+    a, b = gs.run(pages[:1]), gs.run(pages[:1])
+    assert next(a).text == next(b).text == first[0]
+    list(a), list(b)
+    assert len(set(map(id, seen))) == 2 and gs.drivers.busy() == 0
+
+
 def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
     """gpu.max_wait_ms 0 launches every partial detection and recognition batch at once (many
     small calls, lines of one page split over calls); waiting for full batches launches few.

@@ -57,7 +57,7 @@ from ocrforge.runtimes.base import DeviceRuntime
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.scheduling.layout_workers import PendingLayout
-from ocrforge.scheduling.threads import Workers
+from ocrforge.scheduling.threads import Reusable, Workers
 from ocrforge.stages import page_orientation as po
 from ocrforge.stages.detect import DetInput, DetMapsPost
 from ocrforge.stages.recognize import CTCHeadPost
@@ -147,6 +147,8 @@ class GpuScheduler:
         self.rec = runner.rec_rt
         self.dev = self.det.dev
         self.cuda = self.dev.type == "cuda"
+        # the driver thread of each run, kept for the next run (cuDNN's plans are per thread)
+        self.drivers = Reusable("ocrforge-gpu-driver")
         self.det_batch = cfg.det_batch()
         self.rec_batch = cfg.rec_batch()
         self.rec_pow2_rows = g.rec_pow2_rows
@@ -535,7 +537,7 @@ class GpuScheduler:
                 out_q.put(_END)
 
         w.start("producer", lambda: self._produce(items, decoders, in_q, stop))
-        w.start("driver", gpu)
+        w.start_on(self.drivers, gpu)
         try:
             yield from (_in_order(out_q, gpu_err) if ordered else _as_read(out_q, gpu_err))
         finally:

@@ -13,12 +13,14 @@ which returns, so the join ends.
 from __future__ import annotations
 
 import atexit
+import logging
 import queue
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+log = logging.getLogger(__name__)
 _POLL_S = 0.05
 _LIVE: weakref.WeakSet[Workers] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
@@ -36,6 +38,7 @@ class Workers:
         self.stop = threading.Event()
         self.queues: list[queue.Queue] = []
         self.threads: list[threading.Thread] = []
+        self.jobs: list[threading.Event] = []  # set when a job run on a Reusable thread ends
 
     def queue(self, maxsize: int) -> queue.Queue:
         q: queue.Queue = queue.Queue(maxsize=maxsize)
@@ -48,6 +51,15 @@ class Workers:
         with _LIVE_LOCK:
             _LIVE.add(self)
         t.start()
+
+    def start_on(self, threads: Reusable, target: Callable[[], None]) -> None:
+        """Run ``target`` on one of ``threads`` (kept between runs); ``close()`` waits for it
+        as for the run's own threads."""
+        done = threading.Event()
+        self.jobs.append(done)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        threads.submit(target, done)
 
     def put(self, q: queue.Queue, obj: Any) -> bool:
         """Put unless the run is stopping (then drop it); True when it was put."""
@@ -77,8 +89,53 @@ class Workers:
             for q in self.queues:  # free a worker blocked on a plain put into a full queue
                 _drain(q)
             alive[0].join(timeout=_POLL_S)
+        while pending := [e for e in self.jobs if not e.is_set()]:
+            for q in self.queues:
+                _drain(q)
+            pending[0].wait(timeout=_POLL_S)
         with _LIVE_LOCK:
             _LIVE.discard(self)
+
+
+class Reusable:
+    """Daemon threads that each run one job at a time and then wait for the next, so that
+    thread-local state survives from one run to the next: PyTorch keeps cuDNN's execution plans
+    per thread, and a GPU driver thread that was new for every run built them again for every
+    shape it ran eagerly or captured (docs/BENCHMARKS.md, 2026-12-06). A job takes an idle
+    thread, or a new one when all are busy (runs may overlap)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self._idle: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+        self._made = 0
+
+    def submit(self, target: Callable[[], None], done: threading.Event) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+            if inbox is None:
+                inbox = queue.SimpleQueue()
+                self._made += 1
+                threading.Thread(target=self._serve, args=(inbox,), daemon=True,
+                                 name=f"{self.prefix}_{self._made}").start()
+        inbox.put((target, done))
+
+    def busy(self) -> int:
+        """Threads running a job now."""
+        with self._lock:
+            return self._made - len(self._idle)
+
+    def _serve(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            target, done = inbox.get()
+            try:
+                target()
+            except BaseException:  # a job reports its own errors; the thread must stay usable
+                log.exception("%s: a job failed", threading.current_thread().name)
+            finally:
+                with self._lock:
+                    self._idle.append(inbox)
+                done.set()
 
 
 def _drain(q: queue.Queue) -> None:
