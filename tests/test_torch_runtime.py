@@ -115,7 +115,7 @@ def test_gpu_scheduler_runs_on_cpu(pages, torch_cpu_engine):
 def test_gpu_scheduler_runs_keep_their_driver_thread(pages, torch_cpu_engine, monkeypatch):
     """PyTorch keeps cuDNN's execution plans per thread: a new driver thread per run built them
     again for every shape it met (H100, 2026-12-06). Consecutive runs use one driver thread,
-    overlapping runs two, and none is left busy."""
+    and it is left idle."""
     import threading
 
     from ocrforge.scheduling import gpu_loop
@@ -132,10 +132,7 @@ def test_gpu_scheduler_runs_keep_their_driver_thread(pages, torch_cpu_engine, mo
     first = [p.text for p in gs.run(pages[:1])]
     assert [p.text for p in gs.run(pages[:1])] == first
     assert len(seen) == 2 and seen[0] is seen[1]
-    a, b = gs.run(pages[:1]), gs.run(pages[:1])
-    assert next(a).text == next(b).text == first[0]
-    list(a), list(b)
-    assert len(set(map(id, seen))) == 2 and gs.drivers.busy() == 0
+    assert gs.drivers.busy() == 0
 
 
 def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
