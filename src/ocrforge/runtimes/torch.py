@@ -1,5 +1,6 @@
 """PyTorch runtime: one nn.Module on one device with FP32/FP16/BF16, channels_last,
-torch.compile (inductor, static shapes) and CUDA graph capture per input shape.
+torch.compile (inductor; static shapes, or symbolic ones on request) and CUDA graph capture
+per input shape.
 
 It knows nothing about OCR: the module it runs (a native network from models/) is handed in.
 A module may name submodules that must stay FP32 in low precision (``keep_fp32``, e.g. the
@@ -16,9 +17,9 @@ instead of one per input shape),
 OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CAPTURE_WARMUPS (eager
 runs on the capture stream before a capture, default 2), OCRFORGE_CUDNN_BENCHMARK=1
 (cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_DEPTHWISE=native (depthwise
-convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py), OCRFORGE_TORCH_FP16_SAFE=0 (keep every keep_fp32
-submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1 convolutions
-as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
+convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py), OCRFORGE_TORCH_FP16_SAFE=0
+(keep every keep_fp32 submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1
+convolutions as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
 TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
 """
 
