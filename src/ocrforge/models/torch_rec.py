@@ -90,7 +90,8 @@ class RecNet(nn.Module):
 
     # logits feed a softmax: BF16's 8-bit mantissa is kept out of them. In FP16 (weights and
     # logits; softmax in FP32) the dev set's 127,980 steps changed 2 argmaxes and no line
-    # (benchmarks/rec_head_precision.py), and an FP32 head cost ~1/5 of a batch on the H200
+    # (benchmarks/rec_head_precision.py); in FP32 its FFMA GEMM took 12 % of a 128 x 320 batch
+    # on the H200 (benchmarks/gpu_ops.py)
     keep_fp32 = ("head",)
     fp16_safe = ("head",)
 
