@@ -135,6 +135,33 @@ def test_gpu_scheduler_runs_keep_their_driver_thread(pages, torch_cpu_engine, mo
     assert gs.drivers.busy() == 0
 
 
+def test_a_second_run_opened_in_the_same_thread_fails_clearly(pages, torch_cpu_engine):
+    """Runs of one scheduler take turns on the device. A second run started in the thread that
+    holds a first one, not yet read to its end, waited for it forever (the hang found
+    2026-12-06). It now fails at once with an error that says what to do, and the first run
+    still reads every page."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("the second run waited for the first (same thread): a hang")
+
+    gs = torch_cpu_engine.gpu_scheduler()
+    want = [p.text for p in gs.run(pages[:2])]
+    first = gs.run(pages[:2])
+    got = [next(first).text]
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(RuntimeError, match="still open"):
+            next(gs.run(pages[:1]))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    got += [p.text for p in first]
+    assert got == want
+    assert [p.text for p in gs.run(pages[:2])] == want
+
+
 def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
     """gpu.max_wait_ms 0 launches every partial detection and recognition batch at once (many
     small calls, lines of one page split over calls); waiting for full batches launches few.

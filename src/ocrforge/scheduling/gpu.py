@@ -42,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,7 +179,8 @@ class GpuScheduler:
         self.stats = SchedulerStats()
         self._orient_rt: Any = None
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
-        self._lock = threading.Lock()  # one run at a time per scheduler
+        self._lock = threading.Lock()  # one run at a time per scheduler (_turn)
+        self._owner: int | None = None  # the thread whose run holds it
         if g.warmup in (True, "all") and self.cuda:
             self.warmup()
 
@@ -502,7 +503,7 @@ class GpuScheduler:
     # ------------------------------------------------------------------ run
     def run(self, items: Iterable[Any], options: ReadOptions | None = None) -> Iterator[Page]:
         """OCR every page of every input, in input order; bad inputs yield error pages."""
-        with self._lock:
+        with self._turn():
             yield from self._run(items, options, ordered=True)
 
     def run_as_read(self, items: Iterable[Any], options: ReadOptions | None = None
@@ -510,8 +511,28 @@ class GpuScheduler:
         """``run``'s pages as soon as each is read, with its position in input order (the
         server's stream: a slow page holds back no other caller's). A page still being laid
         out comes as a PendingLayout (``result()`` waits for it)."""
-        with self._lock:
+        with self._turn():
             yield from self._run(items, options, ordered=False)
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This scheduler's device, for one run: a run in another thread is waited for; one
+        still open in this very thread (a generator not read to its end) never ends while we
+        wait, so that is an error, not a hang."""
+        me = threading.get_ident()
+        if not self._lock.acquire(blocking=False):
+            if self._owner == me:
+                raise RuntimeError(
+                    "a read_many / run of this GPU engine is still open in this thread: read it "
+                    "to its end or close() it before starting another (one run at a time per "
+                    "device; use one run for all inputs, or another thread)")
+            self._lock.acquire()
+        self._owner = me
+        try:
+            yield
+        finally:
+            self._owner = None
+            self._lock.release()
 
     def _run(self, items: Iterable[Any], options: ReadOptions | None, ordered: bool) -> Iterator:
         s = self.runner.settings(options)
