@@ -715,3 +715,22 @@ def test_pointwise_convolutions_as_gemms_compute_the_same(kind):
             a = net.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
             b = fast.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_compile_leaves_networks_dynamo_cannot_trace_uncompiled(monkeypatch):
+    """With symbolic-shape compile the page-orientation network (replayed op by op from its
+    ONNX graph) failed to trace on the H100 and took the whole engine down; it now runs
+    uncompiled while the others compile."""
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.torch_graph import OnnxGraphModule
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    class Graph(torch.nn.Conv2d):
+        symbolic_compile = OnnxGraphModule.symbolic_compile
+
+    cfg = RuntimeConfig(backend="torch", device="cpu", compile=True)
+    monkeypatch.setenv("OCRFORGE_TORCH_COMPILE_DYNAMIC", "1")
+    assert TorchRuntime(torch.nn.Conv2d(3, 3, 1), cfg).dynamic
+    assert not TorchRuntime(Graph(3, 3, 1), cfg).compiled
+    monkeypatch.delenv("OCRFORGE_TORCH_COMPILE_DYNAMIC")
+    assert TorchRuntime(Graph(3, 3, 1), cfg).compiled  # static shapes: it compiles as before

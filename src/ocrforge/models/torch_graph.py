@@ -30,6 +30,10 @@ def _attr(node: Any) -> dict[str, Any]:
 class OnnxGraphModule(nn.Module):
     """Replays a feed-forward ONNX graph (one input, one output) with torch ops."""
 
+    # dynamo cannot trace the op-by-op replay with symbolic sizes (H100, 2026-12-06):
+    # runtimes/torch.py then runs this network uncompiled
+    symbolic_compile = False
+
     def __init__(self, path: str | Path):
         super().__init__()
         import onnx

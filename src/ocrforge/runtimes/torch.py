@@ -110,6 +110,8 @@ class TorchRuntime:
         self.use_graphs = bool(cfg.cuda_graphs) and self.cuda
         self.compiled = bool(cfg.compile)
         self.dynamic = self.compiled and os.environ.get("OCRFORGE_TORCH_COMPILE_DYNAMIC") == "1"
+        if self.dynamic and not getattr(module, "symbolic_compile", True):
+            self.compiled = self.dynamic = False
         mode = os.environ.get("OCRFORGE_TORCH_COMPILE_MODE", "default")
         self.name = (self.label + ":" if self.label else "") + "torch[" + ",".join(
             [self.device, self.precision]
