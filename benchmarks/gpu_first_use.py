@@ -5,9 +5,11 @@ batch sizes, FP16, eager, GPU otherwise idle), each in a fresh thread: host seco
 1-3 (enqueue, then the wait for the device), then the same shape's first call in a second fresh
 thread (PyTorch keeps cuDNN's execution plans per thread), and the device time per call once
 warm (CUDA events, 10 calls). Once with cuDNN's depthwise convolutions and once with
-OCRFORGE_TORCH_DEPTHWISE=native.
+OCRFORGE_TORCH_DEPTHWISE=native. (Device times before 2026-12-06 04:40 UTC included the timing
+thread's plan build: ~1/10 of it per call.)
 
     python benchmarks/gpu_first_use.py --out first_use.json
+    TORCH_CUDNN_V8_API_DISABLED=1 python benchmarks/gpu_first_use.py --modes cudnn --out v7.json
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def _calls(rt, x, n: int) -> list[dict]:
 
 
 def _device_ms(rt, x, n: int = 10) -> float:
+    rt.fn(x)  # this thread's first call builds its plans: not device time
+    torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     for _ in range(n):
@@ -81,8 +85,10 @@ def measure(mode: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--modes", default="cudnn,native", help="depthwise modes, comma-separated")
     args = ap.parse_args()
-    out = {m: measure(m) for m in ("cudnn", "native")}
+    out = {m: measure(m) for m in args.modes.split(",")}
+    out["env"] = {k: v for k, v in os.environ.items() if k.startswith(("TORCH_CUDNN", "OCRFORGE"))}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
