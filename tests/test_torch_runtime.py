@@ -162,6 +162,48 @@ def test_a_second_run_opened_in_the_same_thread_fails_clearly(pages, torch_cpu_e
     assert [p.text for p in gs.run(pages[:2])] == want
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine, monkeypatch, on):
+    """A served page waited 0.4-2.5 s for the cuDNN plans of a shape the driver thread had not
+    run yet (H100, 2026-12-06). While a run has nothing to do, its driver thread captures the
+    other batch shape of a detection bucket already met and the other row shapes of a
+    recognition width, one at a time, in its own thread. Here the runtime's capture stands in
+    (graphs need CUDA); ``gpu.capture_when_idle=False`` captures nothing. Pages read the same."""
+    import threading
+    import time
+
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    warmed: list[tuple] = []
+
+    def warmup(self, shapes, post=None):
+        warmed.extend((self.label, tuple(sh), threading.current_thread().name) for sh in shapes)
+        return 0.0
+
+    monkeypatch.setattr(TorchRuntime, "warmup", warmup)
+    monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None: True)
+    gs = _scheduler(torch_cpu_engine, capture_when_idle=on)
+    want = [p.text for p in gs.run(pages[:1])]
+    hb, wb = gs.page_bucket(*gs.runner.det_prep.shape(*pages[0].shape[:2], gs.limit))
+    gs.det.uses[(1, 3, hb, wb)] += 1  # graphs count uses; the CPU runs eagerly
+    gs.rec.uses[(gs.rec_small(), 3, 48, 320)] += 1
+
+    def items():
+        yield pages[0]
+        time.sleep(0.5)  # nothing arrives: the driver is idle
+        yield pages[0]
+
+    assert [p.text for p in gs.run(items())] == want * 2
+    if not on:
+        assert warmed == [] and gs.stats.idle_captures == 0
+        return
+    nb = gs.det_batch_for((hb, wb))
+    assert (gs.det.label, (nb, 3, hb, wb)) in [w[:2] for w in warmed]
+    assert (gs.rec.label, (gs.rec_batch_for(320), 3, 48, 320)) in [w[:2] for w in warmed]
+    assert all(w[2].startswith("ocrforge-gpu-driver") for w in warmed)
+    assert len(warmed) == len(set(warmed)) == gs.stats.idle_captures  # each shape offered once
+
+
 def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
     """gpu.max_wait_ms 0 launches every partial detection and recognition batch at once (many
     small calls, lines of one page split over calls); waiting for full batches launches few.
@@ -734,3 +776,27 @@ def test_symbolic_compile_leaves_networks_dynamo_cannot_trace_uncompiled(monkeyp
     assert not TorchRuntime(Graph(3, 3, 1), cfg).compiled
     monkeypatch.delenv("OCRFORGE_TORCH_COMPILE_DYNAMIC")
     assert TorchRuntime(Graph(3, 3, 1), cfg).compiled  # static shapes: it compiles as before
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_idle_run_captures_the_other_detection_batch_shape(pages):
+    """On CUDA: a page, an idle gap, the same page again. The idle driver thread captured its
+    bucket's full-batch detection shape; both pages read the same."""
+    import time
+
+    eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True)
+    gs = eng.gpu_scheduler()
+
+    def items():
+        yield pages[0]
+        time.sleep(1.0)
+        yield pages[0]
+
+    got = [p.text for p in gs.run(items())]
+    hb, wb = gs.page_bucket(*gs.runner.det_prep.shape(*pages[0].shape[:2], gs.limit))
+    nb = gs.det_batch_for((hb, wb))
+    assert got[0] == got[1]
+    assert gs.stats.idle_captures >= 1
+    assert nb == 1 or not gs.det.needs_graph((nb, 3, hb, wb), gs.det_post)
+    eng.close()

@@ -216,6 +216,12 @@ class GpuConfig(_Section):
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts
     warmup: Literal["lazy", "all"] | bool = "lazy"
+    # while a run has no page in hand and none arriving (a server between requests), its
+    # driver thread captures one likely next shape at a time: the other batch shape of a
+    # detection bucket already met, the other row shapes of a recognition width already met.
+    # A shape's first call in the driver thread builds its cuDNN plans (0.4-2.5 s on the H100,
+    # 2026-12-06), which a served page would otherwise wait for
+    capture_when_idle: bool = True
     # input pixels per detection call (millions): bounds GPU memory (activations and graph
     # pools scale with it); a big card may raise it for a little more throughput
     det_batch_megapixels: float = Field(4.0, gt=0)

@@ -297,6 +297,13 @@ class TorchRuntime:
             torch.cuda.synchronize(self.dev)
         return time.perf_counter() - t0
 
+    def needs_graph(self, shape: tuple[int, ...], post: Any = None) -> bool:
+        """Whether capturing this input shape (with ``post``) now would add a graph: graphs on,
+        none for it yet, and at most half the graph budget used (the rest stays for shapes
+        that pages actually bring)."""
+        return (self.use_graphs and (tuple(shape), self.dtype, post) not in self._graphs
+                and len(self._graphs) < self._max_graphs // 2)
+
     # ------------------------------------------------------------------ Runtime contract
     def _pad_batch(self, n: int) -> int:
         """With graphs or compile, batches are padded to a power of two so captured graphs and

@@ -124,6 +124,8 @@ class SchedulerStats:
     post_s: float = 0.0  # CPU worker time in contour extraction (summed over threads)
     oom_retries: int = 0
     warmup_s: float = 0.0
+    idle_captures: int = 0  # shapes captured while the driver had nothing else to do
+    idle_capture_s: float = 0.0
     # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
     # and lines needed (detector input, text width x 48): the device work padding costs
     det_mpx_run: float = 0.0
@@ -176,6 +178,8 @@ class GpuScheduler:
         self.det_post = DetMapsPost(self.thresh, runner.det_prep, bool(self.post_processes))
         self.rec_posts = {False: CTCHeadPost(), True: CTCHeadPost(runner.ctc.space_index)}
         self.orient_shapes = sorted({min(8, g.orient_batch), g.orient_batch})
+        self.capture_when_idle = g.capture_when_idle
+        self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
         self.stats = SchedulerStats()
         self._orient_rt: Any = None
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
@@ -258,6 +262,34 @@ class GpuScheduler:
                 ori.warmup([(n * per, 3, po.SIZE, po.SIZE) for n in self.orient_shapes])
         self.stats.warmup_s = time.perf_counter() - t0
         return self.stats.warmup_s
+
+    def next_idle_capture(self, steps: bool) -> tuple[Any, tuple[int, ...], Any] | None:
+        """(runtime, input shape, post) of one CUDA graph worth capturing while the driver
+        thread has nothing to do, or None: a sibling of a shape already met (the other batch
+        shape of its detection bucket, the other row shapes of its recognition width, the
+        other page-orientation shape) that has no graph yet. Each is offered once."""
+        for rt, shape, post in self._idle_candidates(steps):
+            key = (id(rt), shape, post)
+            if key in self._idle_tried:
+                continue
+            self._idle_tried.add(key)
+            if rt.needs_graph(shape, post):
+                return rt, shape, post
+        return None
+
+    def _idle_candidates(self, steps: bool) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
+        for _, c, hb, wb in sorted(self.det.uses):
+            for n in sorted({1, self.det_batch_for((hb, wb))}):
+                yield self.det, (n, c, hb, wb), self.det_post
+        widths = sorted({s[3] for s in self.rec.uses})
+        for wb in widths:
+            for n in self.rec_row_shapes(wb):
+                yield self.rec, (n, 3, self.runner.rec_prep.height, wb), self.rec_post(steps)
+        ori = self.orient_runtime()
+        if ori is not None and getattr(ori, "uses", None):
+            per = 1 + len(po.ENDS) + 1  # centre, ends, centre turned 180 (run_orient)
+            for n in self.orient_shapes:
+                yield ori, (n * per, 3, po.SIZE, po.SIZE), None
 
     # ------------------------------------------------------------------ device pieces
     def upload(self, p: GpuPage) -> None:

@@ -72,8 +72,22 @@ class DriverLoop:
             progress |= self.drain_rec(block=False)
             if self.finished():
                 return
-            if not progress:
+            if not progress and not (self.live == 0 and self.capture_when_idle()):
                 time.sleep(0.0002)  # waiting on the GPU or the CPU workers; leave them the GIL
+
+    def capture_when_idle(self) -> bool:
+        """No page in hand and none arrived within take()'s wait: capture one likely next
+        shape (GpuScheduler.next_idle_capture) in this thread, where its cuDNN plans are then
+        kept for the run's own calls. False when there is nothing left to capture."""
+        if self.inputs_done or not self.sch.capture_when_idle:
+            return False
+        nxt = self.sch.next_idle_capture(self.steps)
+        if nxt is None:
+            return False
+        rt, shape, post = nxt
+        self.stats.idle_captures += 1
+        self.stats.idle_capture_s += rt.warmup([shape], post)
+        return True
 
     # ------------------------------------------------------------------ state
     def busy(self) -> bool:
