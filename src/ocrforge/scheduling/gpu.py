@@ -278,10 +278,11 @@ class GpuScheduler:
         return None
 
     def _idle_candidates(self, steps: bool) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
-        for _, c, hb, wb in sorted(self.det.uses):
+        # shapes met so far (the graph path counts them); sorted() snapshots them at once
+        for _, c, hb, wb in sorted(getattr(self.det, "uses", ())):
             for n in sorted({1, self.det_batch_for((hb, wb))}):
                 yield self.det, (n, c, hb, wb), self.det_post
-        widths = sorted({s[3] for s in self.rec.uses})
+        widths = sorted({s[3] for s in getattr(self.rec, "uses", ())})
         for wb in widths:
             for n in self.rec_row_shapes(wb):
                 yield self.rec, (n, 3, self.runner.rec_prep.height, wb), self.rec_post(steps)
