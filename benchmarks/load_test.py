@@ -191,8 +191,12 @@ def load(url, payloads, concurrency, requests, max_seconds, headers, **kw) -> di
 def scenario_sweep(url, payloads, args, headers) -> dict:
     print(f"sweep: {len(payloads)} images, warm-up {args.warmup} requests", flush=True)
     load(url, payloads, 1, args.warmup, args.max_seconds, headers)
-    return {str(c): load(url, payloads, c, args.requests, args.max_seconds, headers)
-            for c in args.concurrency}
+    out = {}
+    for c in args.concurrency:
+        if args.pause_s:  # a server between bursts: what idle-time work can use
+            time.sleep(args.pause_s)
+        out[str(c)] = load(url, payloads, c, args.requests, args.max_seconds, headers)
+    return out
 
 
 def scenario_batching(url_on, url_off, payloads, args, headers) -> dict:
@@ -305,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=64, help="requests per sweep/batching run")
     ap.add_argument("--warmup", type=int, default=8, help="warm-up requests before measuring")
     ap.add_argument("--max-seconds", type=float, default=240, help="time cap per run")
+    ap.add_argument("--pause-s", type=float, default=0,
+                    help="sweep: seconds without requests before each concurrency level")
     ap.add_argument("--batch-concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2, help="alternating on/off rounds")
     ap.add_argument("--batch-small", action="store_true",

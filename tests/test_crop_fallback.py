@@ -49,3 +49,24 @@ def test_tight_word_crop_reads_as_the_word(engine, no_fallback, word, size, turn
 def test_pages_keep_their_detected_lines(engine):
     assert not looks_like_crop(600, 800, 0) and not looks_like_crop(400, 300, 5)
     assert looks_like_crop(20, 60, 3) and looks_like_crop(200, 200, 0)
+
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_the_gpu_scheduler_plans_a_lineless_crop_as_one_whole_line(fallback):
+    """The GPU scheduler decides the fallback in its contour workers (GpuScheduler.plan_lines),
+    as the CPU path does after detection. (Its page buckets pad small inputs, so on the tight
+    crops above its detector finds the word itself: the decision is tested directly.)"""
+    from ocrforge.scheduling.gpu import GpuPage
+
+    gs = OCR(runtime="torch", device="cpu", crop_fallback=fallback).gpu_scheduler()
+    crop, page = GpuPage(0, "crop", 0, h=10, w=47), GpuPage(1, "page", 0, h=600, w=800)
+    for p in (crop, page):
+        gs.plan_lines(p)
+    assert page.plan is None and not page.whole
+    if not fallback:
+        assert crop.plan is None and not crop.quads
+        return
+    assert crop.whole and crop.quads[0].tolist() == [[0, 0], [47, 0], [47, 10], [0, 10]]
+    assert [g.lines.tolist() for g in crop.plan.groups] == [[0]]
+    assert crop.plan.tws.tolist() == [gs.runner.rec_prep.text_width(10, 47)]

@@ -50,15 +50,17 @@ import numpy as np
 import torch
 
 from ocrforge.config import ReadOptions
-from ocrforge.core import PageRunner
+from ocrforge.core import PageRunner, looks_like_crop
 from ocrforge.io.inputs import InputError, PageImage, describe
 from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.scheduling.layout_workers import PendingLayout
+from ocrforge.scheduling.pinned_ring import PinnedRing
 from ocrforge.scheduling.threads import Reusable, Workers
 from ocrforge.stages import page_orientation as po
+from ocrforge.stages.crop import CropPlan, plan_crops
 from ocrforge.stages.detect import DetInput, DetMapsPost
 from ocrforge.stages.recognize import CTCHeadPost
 
@@ -98,6 +100,7 @@ class GpuPage:
     since: float = 0.0  # when it joined its detection bucket's queue (perf_counter)
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    plan: CropPlan | None = None  # its lines' crops, planned on the host (plan_lines)
 
     @property
     def height(self) -> int:
@@ -182,6 +185,7 @@ class GpuScheduler:
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
         self.stats = SchedulerStats()
         self._orient_rt: Any = None
+        self._ring: PinnedRing | None = None  # upload_small's staging slots
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         self._lock = threading.Lock()  # one run at a time per scheduler (_turn)
         self._owner: int | None = None  # the thread whose run holds it
@@ -299,6 +303,15 @@ class GpuScheduler:
             t = p.host.to(self.dev, non_blocking=True) if self.cuda else p.host
             p.img = t.permute(2, 0, 1)
             p.host = None
+
+    def upload_small(self, arr: np.ndarray) -> torch.Tensor:
+        """Driver thread: a small host array (crop coefficients) onto the device through the
+        pinned ring (scheduling/pinned_ring.py), stream-ordered with what follows."""
+        if not self.cuda:
+            return torch.from_numpy(arr)
+        if self._ring is None:
+            self._ring = PinnedRing(self.dev)
+        return self._ring.upload(arr)
 
     def decode_jpegs(self, pages: list[GpuPage]) -> None:
         """Batched nvJPEG decode on the GPU thread (stream-ordered with everything after it)."""
@@ -450,8 +463,20 @@ class GpuScheduler:
                 d = DetInput(np.empty((1, 3, 1, 1), np.float32), p.rh / p.h, p.rw / p.w, p.h, p.w,
                              bn[k, 1, : p.rh, : p.rw])
                 p.quads = dec(pn[k, : p.rh, : p.rw], d, bn[k, 0, : p.rh, : p.rw])
+        for p in pages:
+            self.plan_lines(p)
         self.stats.post_s += time.perf_counter() - t0
         return pages
+
+    def plan_lines(self, p: GpuPage) -> None:
+        """The host half of cutting a page's lines (stages.crop.plan_crops), in the contour
+        worker thread, so the driver thread only launches the cut. A crop-like page without
+        lines is read whole (rec.crop_fallback), as on the CPU."""
+        if self.runner.config.rec.crop_fallback and looks_like_crop(p.h, p.w, len(p.quads)):
+            p.quads.append(np.array([[0, 0], [p.w, 0], [p.w, p.h], [0, p.h]], np.float32))
+            p.whole = True
+        if p.quads:
+            p.plan = plan_crops(np.stack(p.quads), self.runner.rec_prep, p.w, p.h)
 
     def with_oom_retry(self, what: str, fn: Any, items: list, *args: Any) -> list:
         """Run fn on items; on CUDA OOM split the batch in halves (and remember the size)."""

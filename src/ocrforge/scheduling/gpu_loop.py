@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ocrforge.core import Settings, looks_like_crop
+from ocrforge.core import Settings
 from ocrforge.result import Page
 from ocrforge.stages import page_orientation as po
-from ocrforge.stages.crop import crop_lines_torch
+from ocrforge.stages.crop import cut_planned
 
 if TYPE_CHECKING:
     from ocrforge.scheduling.gpu import GpuPage, GpuScheduler
@@ -60,7 +60,6 @@ class DriverLoop:
         self.live = 0  # pages taken in and not yet emitted
         self.inputs_done = False
         self.orient = sch.orient_runtime() is not None
-        self.fallback = self.runner.config.rec.crop_fallback
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -239,21 +238,19 @@ class DriverLoop:
         return moved
 
     def _crop(self, p: GpuPage) -> None:
-        if self.fallback and looks_like_crop(p.h, p.w, len(p.quads)):
-            p.quads.append(np.array([[0, 0], [p.w, 0], [p.w, p.h], [0, p.h]], np.float32))
-            p.whole = True
-        if not p.quads:
+        if p.plan is None:  # no lines (GpuScheduler.plan_lines)
             self.emit(p)
             return
         t0 = time.perf_counter()
         p.texts = [None] * len(p.quads)
         p.pending = len(p.quads)
         now = time.perf_counter()
-        for li, wb, crops, row, tw in crop_lines_torch(p.img, np.stack(p.quads), self.runner.rec_prep,
-                                                       self.sch.rec.dtype):
+        for li, wb, crops, row, tw in cut_planned(p.img, p.plan, self.runner.rec_prep,
+                                                  self.sch.rec.dtype, upload=self.sch.upload_small):
             self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
             self.rec_t.setdefault(wb, []).append(now)
         p.img = None
+        p.plan = None
         self.stats.crop_s += time.perf_counter() - t0
 
     def launch_rec(self, wb: int, force: bool) -> None:

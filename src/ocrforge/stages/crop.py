@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -33,6 +35,43 @@ def line_sizes(quads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return w, h, h / w >= VERTICAL_RATIO
 
 
+@dataclass
+class LineGroup:
+    """Lines of one page cut by one grid_sample: their indices, and per line the network pixel
+    -> page map (3 x 3, row-major) followed by the text width (k x 10, float64)."""
+    lines: np.ndarray
+    coef: np.ndarray
+    wmax: int  # the widest bucket width of the group: the crops' width
+
+
+@dataclass
+class CropPlan:
+    """The host half of crop_lines_torch for one page: no device work, so any thread can make
+    it (the GPU scheduler's contour workers do, off the driver thread)."""
+    buckets: np.ndarray  # per line: its recognition width bucket
+    tws: np.ndarray  # per line: its text width in network pixels
+    groups: list[LineGroup]
+
+
+def plan_crops(quads: np.ndarray, rec: Any, width: int, height: int, split: bool = True) -> CropPlan:
+    """Sizes, width buckets and page maps of the lines (k x 4 x 2 quads) of a width x height
+    page. Lines are sorted by bucket width; a page with a few wide lines among many narrow ones
+    is cut in two groups (``split``), narrow and wide, so the narrow lines are not padded to
+    the widest one's width in device memory."""
+    w, h, vert = line_sizes(quads)
+    cw_, ch_ = np.where(vert, h, w), np.where(vert, w, h)  # size of the (turned) crop
+    tws = np.array([rec.text_width(int(a), int(b)) for a, b in zip(ch_, cw_, strict=True)])
+    buckets = np.array([rec.bucket(int(t)) for t in tws])
+    order = np.argsort(buckets, kind="stable")
+    cut = _width_split(buckets[order]) if split else 0
+    groups = []
+    for g in ((order[:cut], order[cut:]) if cut else (order,)):
+        hom = line_homographies(quads[g], w[g], h[g], vert[g], tws[g], rec.height, width, height)
+        coef = np.concatenate([hom.reshape(len(g), 9), tws[g][:, None]], axis=1)
+        groups.append(LineGroup(g, coef, int(buckets[g].max())))
+    return CropPlan(buckets, tws, groups)
+
+
 def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any, mode: str = "bicubic",
                      split: bool = True) -> list[tuple[int, int, Any, int, int]]:
     """Device-side twin of crop_quad + RecPreprocessor for all lines of one page at once.
@@ -40,21 +79,29 @@ def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any, mode: st
     ``img`` is the page as a 3 x H x W uint8 tensor. Returns, per line, (line index, bucket
     width, crops, row, text width): ``crops[row]`` is the line as a 3 x 48 x W tensor of
     normalised pixels (zero right of its text width, in network pixels), W at least the bucket
-    width. Lines go out in one grid_sample per group; rows are sorted by bucket width. A page
-    with a few wide lines among many narrow ones is cut in two groups (``split``), narrow and
-    wide, so the narrow lines are not padded to the widest one's width in device memory."""
-    w, h, vert = line_sizes(quads)
-    cw_, ch_ = np.where(vert, h, w), np.where(vert, w, h)  # size of the (turned) crop
-    tws = np.array([rec.text_width(int(a), int(b)) for a, b in zip(ch_, cw_, strict=True)])
-    buckets = np.array([rec.bucket(int(t)) for t in tws])
-    order = np.argsort(buckets, kind="stable")
-    cut = _width_split(buckets[order]) if split else 0
+    width. Lines go out in one grid_sample per group (plan_crops)."""
+    plan = plan_crops(quads, rec, int(img.shape[2]), int(img.shape[1]), split)
+    return cut_planned(img, plan, rec, dtype, mode)
+
+
+def cut_planned(img: Any, plan: CropPlan, rec: Any, dtype: Any, mode: str = "bicubic",
+                upload: Callable[[np.ndarray], Any] | None = None) -> list[tuple[int, int, Any, int, int]]:
+    """The device half of crop_lines_torch. ``upload`` puts a group's coefficients on the
+    page's device (default: a fresh pinned copy; the GPU scheduler passes a pinned ring)."""
     out = []
-    for group in ((order[:cut], order[cut:]) if cut else (order,)):
-        crops = _sample_lines(img, quads[group], w[group], h[group], vert[group], tws[group],
-                              int(buckets[group].max()), rec, dtype, mode)
-        out += [(int(li), int(buckets[li]), crops, row, int(tws[li])) for row, li in enumerate(group)]
+    for g in plan.groups:
+        coef = upload(g.coef) if upload is not None else _upload(g.coef, img.device)
+        crops = _sample_lines(img, coef, g.wmax, rec, dtype, mode)
+        out += [(int(li), int(plan.buckets[li]), crops, row, int(plan.tws[li]))
+                for row, li in enumerate(g.lines)]
     return out
+
+
+def _upload(coef: np.ndarray, dev: Any) -> Any:
+    import torch
+
+    host = torch.from_numpy(coef)
+    return host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host
 
 
 def _width_split(widths: np.ndarray) -> int:
@@ -68,25 +115,19 @@ def _width_split(widths: np.ndarray) -> int:
     return best + 1 if cells[best] < 0.6 * k * widths[-1] else 0
 
 
-def _sample_lines(img: Any, quads: np.ndarray, w: np.ndarray, h: np.ndarray, vert: np.ndarray,
-                  tws: np.ndarray, wmax: int, rec: Any, dtype: Any, mode: str) -> Any:
-    """The lines (k x 4 x 2 quads) of the page as one (k, 3, 48, wmax) tensor (one grid_sample).
-    Each line's map from network pixel to grid_sample's page coordinates is one homography,
-    composed on the host, so the device work is a handful of launches whatever k is (the
-    driver thread issues every one of them)."""
+def _sample_lines(img: Any, coef: Any, wmax: int, rec: Any, dtype: Any, mode: str) -> Any:
+    """The lines of the page as one (k, 3, 48, wmax) tensor (one grid_sample). ``coef`` (k x
+    10, on the device) holds each line's map from network pixel to grid_sample's page
+    coordinates, one homography composed on the host, so the device work is a handful of
+    launches whatever k is (the driver thread issues every one of them). float64: a float32
+    product may run as TF32 where a program allows it (10 bits of mantissa: pixels off by ~1
+    on a 4000 px page); the grid goes to float32 only at the end."""
     import torch
     import torch.nn.functional as F
 
-    _, H, W = img.shape
     hs = rec.height
-    k = len(quads)
-    dev = img.device
-    hom = line_homographies(quads, w, h, vert, tws, hs, W, H)
-    # float64: a float32 product may run as TF32 where a program allows it (10 bits of
-    # mantissa: pixels off by ~1 on a 4000 px page); the grid goes to float32 only at the end
-    host = torch.from_numpy(np.concatenate([hom.reshape(k, 9), tws[:, None]], axis=1))
-    coef = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host
-    base = _pixel_grid(hs, wmax, dev)  # hs*wmax x 3: (u, v, 1)
+    k = int(coef.shape[0])
+    base = _pixel_grid(hs, wmax, img.device)  # hs*wmax x 3: (u, v, 1)
     pts = torch.matmul(base, coef[:, :9].view(k, 3, 3).transpose(1, 2))  # k x hs*wmax x 3
     grid = (pts[..., :2] / pts[..., 2:]).float()
     src = img.unsqueeze(0).float()
