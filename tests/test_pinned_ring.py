@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.gpu,
 def test_ring_uploads_stay_intact_while_copies_queue_behind_device_work():
     from ocrforge.scheduling.pinned_ring import PinnedRing
 
-    ring = PinnedRing(torch.device("cuda"), slots=4, slot_bytes=4096)
+    ring = PinnedRing(torch.device("cuda"), slots=4, slot_bytes=2048)
     rng = np.random.default_rng(0)
     a = torch.randn(2048, 2048, device="cuda")
     sent, got = [], []
@@ -19,7 +19,7 @@ def test_ring_uploads_stay_intact_while_copies_queue_behind_device_work():
         if i % 8 == 0:  # keep the stream busy, so copies are still queued when slots come round
             for _ in range(20):
                 a = a @ a / 2048
-        arr = rng.standard_normal((rng.integers(1, 50), 10))  # float64; some beyond a slot
+        arr = rng.standard_normal((rng.integers(1, 50), 10))  # float64; those of 26+ rows exceed a slot
         sent.append(arr)
         got.append(ring.upload(arr))
     torch.cuda.synchronize()

@@ -162,6 +162,17 @@ def test_a_second_run_opened_in_the_same_thread_fails_clearly(pages, torch_cpu_e
     assert [p.text for p in gs.run(pages[:2])] == want
 
 
+def test_time_with_the_inflight_window_full_is_counted(pages, torch_cpu_engine):
+    """stats.inflight_full_s: how long the driver held gpu.max_inflight pages and took no more
+    (is the window what bounds a run?). A window of 2 fills on 6 pages; one of 128 does not."""
+    small = _scheduler(torch_cpu_engine, max_inflight=2)
+    texts = [p.text for p in small.run(pages[:3] * 2)]
+    assert small.stats.inflight_full_s > 0
+    big = _scheduler(torch_cpu_engine)
+    assert [p.text for p in big.run(pages[:3] * 2)] == texts
+    assert big.stats.inflight_full_s == 0
+
+
 @pytest.mark.parametrize("on", [True, False])
 def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine, monkeypatch, on):
     """A served page waited 0.4-2.5 s for the cuDNN plans of a shape the driver thread had not
@@ -782,14 +793,19 @@ def test_symbolic_compile_leaves_networks_dynamo_cannot_trace_uncompiled(monkeyp
 @cuda
 def test_gpu_idle_run_captures_the_other_detection_batch_shape(pages):
     """On CUDA: a page, an idle gap, the same page again. The idle driver thread captured its
-    bucket's full-batch detection shape; both pages read the same."""
+    bucket's full-batch detection shape; both pages read the same. (Without the FLUSH the first
+    page waited in the producer's decode-ahead window through the gap, and nothing was idle:
+    the test failed on the H100, 2026-12-06.)"""
     import time
+
+    from ocrforge.scheduling.gpu import FLUSH
 
     eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True)
     gs = eng.gpu_scheduler()
 
-    def items():
+    def items():  # as a server streams requests (gpu_stream): FLUSH sends what is held back
         yield pages[0]
+        yield FLUSH
         time.sleep(1.0)
         yield pages[0]
 

@@ -129,6 +129,7 @@ class SchedulerStats:
     warmup_s: float = 0.0
     idle_captures: int = 0  # shapes captured while the driver had nothing else to do
     idle_capture_s: float = 0.0
+    inflight_full_s: float = 0.0  # driver time with gpu.max_inflight pages in hand
     # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
     # and lines needed (detector input, text width x 48): the device work padding costs
     det_mpx_run: float = 0.0

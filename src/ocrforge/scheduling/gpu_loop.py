@@ -59,6 +59,7 @@ class DriverLoop:
         self.idle_launch = sch.launch_when_idle
         self.live = 0  # pages taken in and not yet emitted
         self.inputs_done = False
+        self.full_since: float | None = None  # note_full
         self.orient = sch.orient_runtime() is not None
 
     def run(self) -> None:
@@ -140,7 +141,16 @@ class DriverLoop:
             taken.append(got)
         if taken:
             self.admit(taken)
+        self.note_full()
         return bool(taken)
+
+    def note_full(self) -> None:
+        """Time from a take() that left ``gpu.max_inflight`` pages in hand (the window full,
+        no page taken in) to the next take()."""
+        now = time.perf_counter()
+        if self.full_since is not None:
+            self.stats.inflight_full_s += now - self.full_since
+        self.full_since = now if self.live >= self.sch.max_inflight else None
 
     def admit(self, batch: list[GpuPage]) -> None:
         sch = self.sch
