@@ -792,24 +792,31 @@ def test_symbolic_compile_leaves_networks_dynamo_cannot_trace_uncompiled(monkeyp
 @pytest.mark.gpu
 @cuda
 def test_gpu_idle_run_captures_the_other_detection_batch_shape(pages):
-    """On CUDA: a page, an idle gap, the same page again. The idle driver thread captured its
-    bucket's full-batch detection shape; both pages read the same. (Without the FLUSH the first
-    page waited in the producer's decode-ahead window through the gap, and nothing was idle:
-    the test failed on the H100, 2026-12-06.)"""
+    """On CUDA: a page, an idle gap once it has been read, the same page again. The idle
+    driver thread captured its bucket's detection shapes; both pages read the same. (Failed on
+    the H100, 2026-12-06, as first written: the first page waited in the producer's
+    decode-ahead window through the gap, and, FLUSHed, took longer than the gap on a fresh
+    engine, so the driver was never idle with a shape met.)"""
+    import threading
     import time
 
     from ocrforge.scheduling.gpu import FLUSH
 
     eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True)
     gs = eng.gpu_scheduler()
+    first_read = threading.Event()
 
     def items():  # as a server streams requests (gpu_stream): FLUSH sends what is held back
         yield pages[0]
         yield FLUSH
-        time.sleep(1.0)
+        assert first_read.wait(120)
+        time.sleep(1.0)  # nothing arrives: the driver is idle
         yield pages[0]
 
-    got = [p.text for p in gs.run(items())]
+    got = []
+    for p in gs.run(items()):
+        got.append(p.text)
+        first_read.set()
     hb, wb = gs.page_bucket(*gs.runner.det_prep.shape(*pages[0].shape[:2], gs.limit))
     nb = gs.det_batch_for((hb, wb))
     assert got[0] == got[1]
