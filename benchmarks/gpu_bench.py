@@ -558,7 +558,8 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page (pools {row.get('pool_cpu_ms_per_page')}) "
         f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
         f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
-        f"{row['dev_det_f1'] or -1:.4f}\n    stats {row['stats']}\n    graph calls "
+        f"{row['dev_det_f1'] or -1:.4f}\n    GIL wait pass 2 {row['second_pass']['gil_wait']} pass 3 "
+        f"{row['gil_wait']}\n    stats {row['stats']}\n    graph calls "
         f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
         f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
     eng.close()
@@ -598,16 +599,18 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
     """One timed pass of the scheduler over pages: rate, host CPU, GPU use, memory, stage
     clocks and (profile) where the scheduler's Python threads spent their time."""
     import torch
-    from thread_sampler import ThreadSampler
+    from thread_sampler import GilProbe, ThreadSampler
 
     gp.stats.__init__()
+    probe = GilProbe()
+    idle = probe.baseline()
     rts = {"det": gp.det, "rec": gp.rec, "orient": gp.orient_runtime()}
     before = {k: dict(getattr(rt, "counts", {})) for k, rt in rts.items() if rt is not None}
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     cpu0 = host_cpu_s()
     pools0 = pool_cpu_s(gp)
-    with GpuSampler() as smp, ThreadSampler(("ocrforge-gpu", "MainThread")) if profile else \
+    with GpuSampler() as smp, probe, ThreadSampler(("ocrforge-gpu", "MainThread")) if profile else \
             contextlib.nullcontext() as ts:
         t1 = time.perf_counter()
         n = sum(1 for _ in gp.run(pages))
@@ -618,6 +621,8 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
            "pool_cpu_ms_per_page": {k: round((pools1[k] - pools0.get(k, 0.0)) / n * 1e3, 2)
                                     for k in pools1},
            "gpu_util": smp.summary(), "stats": gp.stats.__dict__.copy(),
+           # how late a 2 ms sleep ends: the GIL wait after a blocking call (idle: before)
+           "gil_wait": {"idle": idle, "run": probe.summary()},
            "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
            "reserved_GiB": torch.cuda.memory_reserved() / 2**30 if cuda else 0.0,
            "peak_reserved_GiB": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0}

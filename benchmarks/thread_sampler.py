@@ -155,3 +155,54 @@ if __name__ == "__main__":  # a self-check: a busy thread and a sleeping one
         b = threading.Thread(target=time.sleep, args=(0.3,), name="w-sleep")
         a.start(); b.start(); a.join(); b.join()  # noqa: E702
     print(fmt(s.summary()), file=sys.stderr)
+
+
+class GilProbe:
+    """How long a thread that has just left a blocking call waits for the GIL: a thread sleeps
+    ``period`` seconds again and again and records how late each sleep ends (the time to get
+    the GIL back, plus the OS's wake-up delay). The GPU driver thread pays the same wait after
+    every torch call that releases the GIL, hundreds of them a page. ``baseline()`` measures
+    the lateness with nothing else running in the process's Python, to subtract."""
+
+    def __init__(self, period: float = 0.002):
+        self.period = period
+        self.late: list[float] = []
+        self._stop = threading.Event()
+        self._t: threading.Thread | None = None
+
+    def baseline(self, seconds: float = 0.3) -> dict:
+        late = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            time.sleep(self.period)
+            late.append(time.perf_counter() - t0 - self.period)
+        return _lateness(late)
+
+    def __enter__(self) -> GilProbe:
+        self._t = threading.Thread(target=self._run, name="gil-probe", daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._t:
+            self._t.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            time.sleep(self.period)
+            self.late.append(time.perf_counter() - t0 - self.period)
+
+    def summary(self) -> dict:
+        return _lateness(self.late)
+
+
+def _lateness(late: list[float]) -> dict:
+    if not late:
+        return {"n": 0}
+    s = sorted(late)
+    q = lambda f: round(s[min(len(s) - 1, int(f * len(s)))] * 1e3, 3)  # noqa: E731
+    return {"n": len(s), "mean_ms": round(sum(s) / len(s) * 1e3, 3), "p50_ms": q(0.5),
+            "p90_ms": q(0.9), "p99_ms": q(0.99), "max_ms": round(s[-1] * 1e3, 3)}
