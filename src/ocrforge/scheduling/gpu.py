@@ -518,6 +518,7 @@ class GpuScheduler:
         return all(rt.wait_captures(timeout) for rt in rts if hasattr(rt, "wait_captures"))
 
     def close(self) -> None:
+        self.drivers.close()
         if self._dbpool is not None:
             self._dbpool.close()
             self._dbpool = None

@@ -109,9 +109,11 @@ class Reusable:
         self._idle: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
         self._made = 0
+        self._closing = False
 
     def submit(self, target: Callable[[], None], done: threading.Event) -> None:
         with self._lock:
+            self._closing = False
             inbox = self._idle.pop() if self._idle else None
             if inbox is None:
                 inbox = queue.SimpleQueue()
@@ -125,17 +127,38 @@ class Reusable:
         with self._lock:
             return self._made - len(self._idle)
 
+    def close(self) -> None:
+        """Idle threads end now, busy ones when their job is done (a later submit starts
+        new ones). Their owner's state is then no longer referenced from a thread."""
+        with self._lock:
+            self._closing = True
+            idle, self._idle = self._idle, []
+            self._made -= len(idle)
+        for inbox in idle:
+            inbox.put(None)
+
     def _serve(self, inbox: queue.SimpleQueue) -> None:
         while True:
-            target, done = inbox.get()
+            job = inbox.get()
+            if job is None:
+                return
+            target, done = job
             try:
                 target()
             except BaseException:  # a job reports its own errors; the thread must stay usable
                 log.exception("%s: a job failed", threading.current_thread().name)
             finally:
+                # an idle thread must not keep its last job (and all that job reaches) alive
+                del job, target
                 with self._lock:
-                    self._idle.append(inbox)
+                    leave = self._closing
+                    if leave:
+                        self._made -= 1
+                    else:
+                        self._idle.append(inbox)
                 done.set()
+            if leave:
+                return
 
 
 def _drain(q: queue.Queue) -> None:
