@@ -12,8 +12,9 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
     detect       pages resized + normalised into a fixed set of page buckets (DetPreprocessor.
                  prepare_torch), DB network (CUDA graph per bucket), binarised on the device
                  inside the same graph (detect.DetMapsPost)
-    boxes        contours, box scores, unclip: CPU worker threads / processes
-    crop         the lines of a page in one grid_sample (two: narrow and wide lines; stages.crop.crop_lines_torch),
+    boxes        contours, box scores, unclip: CPU worker threads / processes; the threads then
+                 plan each page's line cuts (sizes, width buckets, page maps: stages.crop.plan_crops)
+    crop         the lines of a page in one grid_sample (two: narrow and wide lines; stages.crop.cut_planned),
                  each line padded to its width bucket (RecPreprocessor.bucket, as on the CPU)
     recognize    batches of one width bucket (CUDA graph per bucket); the per-step argmax
                  inside the same graph (recognize.CTCHeadPost: the N x T x classes
