@@ -25,8 +25,17 @@ _WRAP = {  # (owner, method) -> stage name
 }
 
 
+# stages timed on the device by CUDA events around their launches (to_host runs inside orient,
+# det and rec; decode runs on its own stream in the decoder threads)
+_TIMED = ("upload", "orient", "turn", "det", "crop", "rec")
+
+
 @contextmanager
-def _wrapped(sch: Any):
+def _wrapped(sch: Any, spans: dict | None = None):
+    """The stage entry points inside profiler ranges; with ``spans`` (CUDA only), also a pair
+    of timing events around each top-level stage call on the driver's stream: the device time
+    from the GPU reaching the stage's first launch to its last one finishing, idle gaps inside
+    the stage (launches the GPU waited for) included."""
     import torch
 
     from ocrforge.scheduling import gpu_loop
@@ -36,10 +45,19 @@ def _wrapped(sch: Any):
     def wrap(obj: Any, meth: str, stage: str) -> None:
         fn = getattr(obj, meth)
         saved.append((obj, meth, fn))
+        timed = spans is not None and sch.cuda and stage in _TIMED
 
         def inner(*a, **k):
             with torch.profiler.record_function("stage:" + stage):
-                return fn(*a, **k)
+                if not timed:
+                    return fn(*a, **k)
+                ev0 = torch.cuda.Event(enable_timing=True)
+                ev0.record()
+                out = fn(*a, **k)
+                ev1 = torch.cuda.Event(enable_timing=True)
+                ev1.record()
+                spans.setdefault(stage, []).append((ev0, ev1))
+                return out
         setattr(obj, meth, inner)
 
     for (owner, meth), stage in _WRAP.items():
@@ -78,8 +96,9 @@ def stage_kernels(sch: Any, pages: list) -> dict:
         got.append(prof)
 
     gpu_loop.DriverLoop.run = profiled_run
+    spans: dict[str, list] = {}
     try:
-        with _wrapped(sch):
+        with _wrapped(sch, spans):
             t0 = time.perf_counter()
             n = sum(1 for _ in sch.run(pages))
             wall = time.perf_counter() - t0
@@ -95,12 +114,28 @@ def stage_kernels(sch: Any, pages: list) -> dict:
            for e in sorted(dev_rows, key=lambda e: -e.self_device_time_total)[:20]]
     return {"pages": n, "wall_s": wall, "pages_per_s_under_profiler": n / wall,
             "device_ms_all": busy, "device_ms_per_page": busy / max(n, 1),
-            "stage_cpu_ms": stage_cpu, "top_kernels": top}
+            "stage_cpu_ms": stage_cpu, "stage_device_ms_per_page": _span_ms(spans, n),
+            "top_kernels": top}
+
+
+def _span_ms(spans: dict, n: int) -> dict:
+    """Device ms per page of each timed stage (the events are done: the run synchronised)."""
+    import torch
+
+    if not spans:
+        return {}
+    try:
+        torch.cuda.synchronize()
+        return {k: round(sum(a.elapsed_time(b) for a, b in v) / max(n, 1), 3)
+                for k, v in spans.items()}
+    except Exception as e:  # noqa: BLE001 - a probe must not lose the row it belongs to
+        return {"error": repr(e)[:300]}
 
 
 def fmt_stage_kernels(r: dict) -> str:
     return (f"    kernels: {r['pages']} pages in {r['wall_s']:.1f}s under the profiler, device "
-            f"kernels {r['device_ms_per_page']:.2f} ms/page"
+            f"kernels {r['device_ms_per_page']:.2f} ms/page; device ms/page by stage "
+            f"{r.get('stage_device_ms_per_page')}"
             + "\n    top kernels: " + "; ".join(f"{t['kernel'][:50]} {t['device_ms']:.0f}ms"
                                             for t in r["top_kernels"][:8]))
 
