@@ -439,6 +439,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
     "-infl32": {"gpu.max_inflight": 32},
     "-infl256": {"gpu.max_inflight": 256},
+    # line crops held for recognition bounded (gpu.max_crop_megabytes): peak memory against rate
+    "-crop256": {"gpu.max_crop_megabytes": 256.0}, "-crop1024": {"gpu.max_crop_megabytes": 1024.0},
     # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":
     # the behaviour before the setting (partial batches only when nothing else will fill them)
     "-wait30": {"gpu.max_wait_ms": 30.0}, "-wait300": {"gpu.max_wait_ms": 300.0},

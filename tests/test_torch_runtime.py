@@ -163,6 +163,19 @@ def test_a_second_run_opened_in_the_same_thread_fails_clearly(pages, torch_cpu_e
     assert [p.text for p in gs.run(pages[:2])] == want
 
 
+def test_a_crop_budget_bounds_the_line_crops_held_and_reads_the_same(pages, torch_cpu_engine):
+    """gpu.max_crop_megabytes: line crops (the largest live item on the GPU at the peak) are cut
+    for more pages only while those held stay under the budget; at least one page's always.
+    The pages read the same (a budget of ~1 KiB: one page's crops at a time, no deadlock)."""
+    free = _scheduler(torch_cpu_engine)
+    want = [p.text for p in free.run(pages[:3] * 2)]
+    assert free.stats.crop_peak_mb > 0
+    tight = _scheduler(torch_cpu_engine, max_crop_megabytes=0.001)
+    assert [p.text for p in tight.run(pages[:3] * 2)] == want
+    # one page's crops at a time: the peak is the largest single page's, not several pages'
+    assert 0 < tight.stats.crop_peak_mb < free.stats.crop_peak_mb
+
+
 def test_time_with_the_inflight_window_full_is_counted(pages, torch_cpu_engine):
     """stats.inflight_full_s: how long the driver held gpu.max_inflight pages and took no more
     (is the window what bounds a run?). A window of 2 fills on 6 pages; one of 128 does not."""

@@ -203,6 +203,10 @@ class GpuConfig(_Section):
     # processes for the layout stage (None: auto on CUDA, 0 on CPU: on the driver thread)
     layout_processes: int | None = Field(None, ge=0)
     max_inflight: int = Field(128, ge=2)  # pages taken in and not yet emitted
+    # line crops held for recognition (MiB, None: no bound): more pages are cut only while the
+    # crops held stay under it (one page's always). Trades speed for peak GPU memory; crops
+    # were the largest live item at the peak (H200, 2026-12-04)
+    max_crop_megabytes: float | None = Field(None, gt=0)
     # a partial batch (pages of one detection bucket, lines of one recognition width) is
     # launched once its oldest item has waited this long, besides whenever nothing else will
     # fill it: bounds how long a page with a line of a rare width waits (a served request

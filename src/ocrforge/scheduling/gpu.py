@@ -131,6 +131,7 @@ class SchedulerStats:
     idle_captures: int = 0  # shapes captured while the driver had nothing else to do
     idle_capture_s: float = 0.0
     inflight_full_s: float = 0.0  # driver time with gpu.max_inflight pages in hand
+    crop_peak_mb: float = 0.0  # most line-crop memory held at once (gpu.max_crop_megabytes)
     # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
     # and lines needed (detector input, text width x 48): the device work padding costs
     det_mpx_run: float = 0.0
@@ -174,6 +175,7 @@ class GpuScheduler:
         self.gpu_decode = g.decode and self.cuda and _has_nvjpeg()
         self.decode_in_threads = self.gpu_decode and g.decode_in_threads
         self.max_inflight = g.max_inflight
+        self.max_crop_bytes = g.max_crop_megabytes * 2**20 if g.max_crop_megabytes else None
         self.max_wait = g.max_wait_ms / 1e3
         self.launch_when_idle = g.launch_when_idle
         self.orient_batch = g.orient_batch

@@ -60,6 +60,8 @@ class DriverLoop:
         self.live = 0  # pages taken in and not yet emitted
         self.inputs_done = False
         self.full_since: float | None = None  # note_full
+        self.crop_bytes = 0  # line crops held for recognition (crop_room)
+        self.crop_rows: dict[int, list] = {}  # id(crops) -> [rows not yet read, bytes]
         self.orient = sch.orient_runtime() is not None
 
     def run(self) -> None:
@@ -236,10 +238,16 @@ class DriverLoop:
             self.waiting[b] = g
         return launched
 
+    def crop_room(self) -> bool:
+        """Whether more pages may be cut (gpu.max_crop_megabytes; one page's crops always)."""
+        cap = self.sch.max_crop_bytes
+        return cap is None or self.crop_bytes == 0 or self.crop_bytes < cap
+
     def finish_boxes(self) -> bool:
         """Finished contour jobs -> crops on the device -> rec queues."""
         moved = False
-        while self.post and (self.post[0].done() or (not self.rec_out and not self.n_waiting)):
+        while self.post and self.crop_room() and (
+                self.post[0].done() or (not self.rec_out and not self.n_waiting)):
             moved = True
             for p in self.post.popleft().result():
                 self._crop(p)
@@ -259,9 +267,26 @@ class DriverLoop:
                                                   self.sch.rec.dtype, upload=self.sch.upload_small):
             self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
             self.rec_t.setdefault(wb, []).append(now)
+            self.hold_crop(crops)
         p.img = None
         p.plan = None
         self.stats.crop_s += time.perf_counter() - t0
+
+    def hold_crop(self, crops: torch.Tensor) -> None:
+        held = self.crop_rows.get(id(crops))
+        if held is None:
+            nbytes = crops.numel() * crops.element_size()
+            held = self.crop_rows[id(crops)] = [0, nbytes]
+            self.crop_bytes += nbytes
+            self.stats.crop_peak_mb = max(self.stats.crop_peak_mb, self.crop_bytes / 2**20)
+        held[0] += 1
+
+    def release_crop(self, crops: torch.Tensor) -> None:
+        held = self.crop_rows[id(crops)]
+        held[0] -= 1
+        if held[0] == 0:
+            self.crop_bytes -= held[1]
+            del self.crop_rows[id(crops)]
 
     def launch_rec(self, wb: int, force: bool) -> None:
         lst = self.rec_q.get(wb, [])
@@ -280,8 +305,9 @@ class DriverLoop:
     def flush_rec(self) -> bool:
         """Partial rec batches: when nothing else will fill them soon, when the GPU has run
         out of work, or when their oldest line has waited ``gpu.max_wait_ms``."""
+        # with the crop budget spent, no new line will fill a partial batch until one is read
         idle = not (self.post or self.n_waiting or self.orienting) or (
-            any(self.rec_q.values()) and self.gpu_idle())
+            any(self.rec_q.values()) and (self.gpu_idle() or not self.crop_room()))
         due = time.perf_counter() - self.sch.max_wait
         flushed = False
         for wb in list(self.rec_q):
@@ -302,7 +328,8 @@ class DriverLoop:
                 tw = np.array([c[4] for c in chunk], np.float64)
                 cs = np.minimum(tw, wb) * idx.shape[1] / wb
                 texts = self.runner.ctc.collapse_steps(idx.numpy(), conf.numpy(), space.numpy(), cs)
-            for (p, li, _, _, _), tx in zip(chunk, texts, strict=True):
+            for (p, li, crops, _, _), tx in zip(chunk, texts, strict=True):
+                self.release_crop(crops)
                 p.texts[li] = tx
                 p.pending -= 1
                 if p.pending == 0:
