@@ -32,7 +32,30 @@ def _where(frame) -> tuple[str, str]:
     return inner or top, outer or top
 
 
-class ThreadSampler:
+class _Background:
+    """A daemon thread running ``self._run`` from ``with`` to its end (``self._stop`` set)."""
+
+    thread_name = "background"
+    _stop: threading.Event
+    _t: threading.Thread | None
+
+    def __enter__(self):
+        self._t = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._t:
+            self._t.join()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class ThreadSampler(_Background):
+    thread_name = "sampler"
+
     def __init__(self, prefixes: tuple[str, ...] = ("ocrforge-gpu",), interval: float = 0.002,
                  depth: int = 2):
         self.prefixes, self.interval, self.depth = prefixes, interval, depth
@@ -45,16 +68,6 @@ class ThreadSampler:
         # thread): tells a thread busy with work from one waiting for the GIL or the GPU
         self.cpu: dict[int, tuple[str, float, float]] = {}
         self.wall: dict[int, list[float]] = {}
-
-    def __enter__(self) -> ThreadSampler:
-        self._t = threading.Thread(target=self._run, name="sampler", daemon=True)
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._t:
-            self._t.join()
 
     def _run(self) -> None:
         last = 0.0
@@ -157,12 +170,14 @@ if __name__ == "__main__":  # a self-check: a busy thread and a sleeping one
     print(fmt(s.summary()), file=sys.stderr)
 
 
-class GilProbe:
+class GilProbe(_Background):
     """How long a thread that has just left a blocking call waits for the GIL: a thread sleeps
     ``period`` seconds again and again and records how late each sleep ends (the time to get
     the GIL back, plus the OS's wake-up delay). The GPU driver thread pays the same wait after
     every torch call that releases the GIL, hundreds of them a page. ``baseline()`` measures
     the lateness with nothing else running in the process's Python, to subtract."""
+
+    thread_name = "gil-probe"
 
     def __init__(self, period: float = 0.002):
         self.period = period
@@ -174,26 +189,17 @@ class GilProbe:
         late = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
-            t0 = time.perf_counter()
-            time.sleep(self.period)
-            late.append(time.perf_counter() - t0 - self.period)
+            late.append(self._late_once())
         return _lateness(late)
 
-    def __enter__(self) -> GilProbe:
-        self._t = threading.Thread(target=self._run, name="gil-probe", daemon=True)
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._t:
-            self._t.join()
+    def _late_once(self) -> float:
+        t0 = time.perf_counter()
+        time.sleep(self.period)
+        return time.perf_counter() - t0 - self.period
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            t0 = time.perf_counter()
-            time.sleep(self.period)
-            self.late.append(time.perf_counter() - t0 - self.period)
+            self.late.append(self._late_once())
 
     def summary(self) -> dict:
         return _lateness(self.late)
