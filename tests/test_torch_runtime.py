@@ -784,6 +784,44 @@ def test_pointwise_convolutions_as_gemms_compute_the_same(kind):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["det", "rec"])
+def test_fused_networks_compute_what_the_tanh_gelu_network_computes(kind):
+    """The CUDA runtime's fusions (depthwise biases into squeeze-excitation and 1x1
+    convolutions, gate slopes into the expand convolution, GELU into the GEMM's epilogue) are
+    exact except that the epilogue's GELU is the tanh form: on the CPU, in FP32, the fused
+    network must give what the same network with tanh GELUs gives."""
+    import copy
+
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.models.torch_layers import MixerBlock
+    from ocrforge.runtimes.torch_pointwise import (
+        fold_biases,
+        fuse_activations,
+        fuse_modules,
+        pointwise_as_linear,
+    )
+
+    m = resolve_models("ppocrv6-small")
+    net = build_native(m.model_set, kind, getattr(m, kind)).eval()
+    fast = copy.deepcopy(net)
+    blocks = [b for b in net.modules() if isinstance(b, MixerBlock)]
+    for b in blocks:
+        b.act = torch.nn.GELU(approximate="tanh")
+    assert fuse_modules(fast) >= (12 if kind == "det" else 5)  # gates, SE biases (det: neck too)
+    fold_biases(fast)
+    pointwise_as_linear(fast, tuple(getattr(net, "keep_fp32", ())))
+    assert fuse_activations(fast) == len(blocks) > 10
+    assert not any(isinstance(x, torch.nn.GELU) for x in fast.modules())
+    shape = (2, 3, 96, 160) if kind == "det" else (3, 3, 48, 200)
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        for fmt in (torch.contiguous_format, torch.channels_last):
+            a = net.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
+            b = fast.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
 def test_symbolic_compile_leaves_networks_dynamo_cannot_trace_uncompiled(monkeypatch):
     """With symbolic-shape compile the page-orientation network (replayed op by op from its
     ONNX graph) failed to trace on the H100 and took the whole engine down; it now runs

@@ -46,6 +46,18 @@ class RSEConv(nn.Module):
         self.conv = nn.Conv2d(cin, cout, kernel, padding=kernel // 2, bias=False)
         self.se = SqueezeExcite(cout, cout // 4, alpha=0.2, residual=True)
 
+    @torch.no_grad()
+    def fuse(self) -> bool:
+        """Move the depthwise bias into the 1x1 convolution after it (conv(x + b) = conv(x) +
+        W b), where a GEMM adds it for free instead of a broadcasting add over x."""
+        if (self.dw is None or self.dw.bias is None or self.conv.bias is not None
+                or self.conv.kernel_size != (1, 1)):
+            return False
+        w = self.conv.weight.reshape(self.conv.out_channels, -1)
+        self.conv.bias = nn.Parameter(w @ self.dw.bias)
+        self.dw.bias = None
+        return True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dw is not None:
             x = self.dw(x)

@@ -19,7 +19,9 @@ runs on the capture stream before a capture, default 2), OCRFORGE_CUDNN_BENCHMAR
 (cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_DEPTHWISE=native (depthwise
 convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py), OCRFORGE_TORCH_FP16_SAFE=0
 (keep every keep_fp32 submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1
-convolutions as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py) and
+convolutions as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py),
+OCRFORGE_TORCH_FUSE=0 (on CUDA, keep biases, gates and GELUs in passes of their own instead of
+folding them into the GEMMs and multiply-adds around them: torch_pointwise.fuse_*) and
 TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
 """
 
@@ -50,7 +52,12 @@ import torch.nn as nn  # noqa: E402
 
 from ocrforge.runtimes.torch_capture import BackgroundCapture  # noqa: E402
 from ocrforge.runtimes.torch_depthwise import depthwise_native  # noqa: E402
-from ocrforge.runtimes.torch_pointwise import fold_biases, pointwise_as_linear  # noqa: E402
+from ocrforge.runtimes.torch_pointwise import (  # noqa: E402
+    fold_biases,
+    fuse_activations,
+    fuse_modules,
+    pointwise_as_linear,
+)
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -130,9 +137,15 @@ class TorchRuntime:
         t0 = time.perf_counter()
         self.net = module.eval()
         self.pointwise = 0
+        self.fused = 0
+        fuse = self.cuda and os.environ.get("OCRFORGE_TORCH_FUSE", "1") == "1"
+        if fuse:
+            self.fused = fuse_modules(self.net)
         if self.cuda and os.environ.get("OCRFORGE_TORCH_POINTWISE", "1") == "1":
             fold_biases(self.net)
             self.pointwise = pointwise_as_linear(self.net, _kept_fp32(self.net, self.dtype))
+            if fuse:
+                self.fused += fuse_activations(self.net)
         self.depthwise = 0
         if self.cuda and os.environ.get("OCRFORGE_TORCH_DEPTHWISE", "cudnn") == "native":
             self.depthwise = depthwise_native(self.net)

@@ -8,6 +8,12 @@ adds took 19 % of detection's device time and 28-31 % of recognition's. ``F.line
 input is ``addmm``, which cuBLASLt runs with the bias in the GEMM's epilogue: no extra pass.
 Blocks whose depthwise convolution's bias can move into the 1x1 convolutions after it do so
 first (``fold_bias``, e.g. models/torch_layers.MixerBlock).
+
+A GELU right after a 1x1 convolution (a module's ``fusable`` pairs) runs in the same GEMM's
+epilogue (``torch._addmm_activation``, cuBLASLt's GELU_BIAS). That epilogue computes the tanh
+form of GELU, not the erf form of the trained network (they differ by at most 5e-4, below FP16's
+step at the activations' scale); the CPU path of a fused layer computes the same tanh form, so
+CPU tests see what the GPU reads. Accuracy with it: docs/ACCURACY.md.
 """
 
 from __future__ import annotations
@@ -24,11 +30,17 @@ class PointwiseLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(conv.weight.detach().reshape(conv.out_channels, conv.in_channels).clone())
         self.bias = None if conv.bias is None else nn.Parameter(conv.bias.detach().clone())
+        self.gelu = False  # GELU (tanh form) in the GEMM's epilogue: fuse_activations
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape
         rows = x.permute(0, 2, 3, 1).reshape(n * h * w, c)  # a view when x is channels_last
-        y = F.linear(rows, self.weight, self.bias)
+        if not self.gelu:
+            y = F.linear(rows, self.weight, self.bias)
+        elif rows.is_cuda:
+            y = torch._addmm_activation(self.bias, rows, self.weight.t(), use_gelu=True)
+        else:  # what the CUDA epilogue computes
+            y = F.gelu(F.linear(rows, self.weight, self.bias), approximate="tanh")
         return y.view(n, h, w, -1).permute(0, 3, 1, 2)  # NCHW shape, channels_last strides
 
 
@@ -42,6 +54,28 @@ def fold_biases(module: nn.Module) -> int:
     """Let every submodule that can fold a convolution's bias into what follows it (a
     ``fold_bias()`` method) do so; returns how many folded."""
     return sum(bool(m.fold_bias()) for m in module.modules() if callable(getattr(m, "fold_bias", None)))
+
+
+def fuse_modules(module: nn.Module) -> int:
+    """Let every submodule that can rewrite itself into fewer device passes (a ``fuse()``
+    method: folded biases and gate slopes) do so; returns how many did."""
+    return sum(bool(m.fuse()) for m in module.modules() if callable(getattr(m, "fuse", None)))
+
+
+def fuse_activations(module: nn.Module) -> int:
+    """For each (1x1 convolution, GELU) pair a submodule names in ``fusable``, once the
+    convolution is a PointwiseLinear with a bias: the GELU moves into its GEMM and the module's
+    activation becomes the identity. Returns how many pairs were fused."""
+    fused = 0
+    for m in list(module.modules()):
+        for lin_name, act_name in getattr(m, "fusable", ()):
+            lin, act = getattr(m, lin_name), getattr(m, act_name)
+            if (isinstance(lin, PointwiseLinear) and lin.bias is not None
+                    and isinstance(act, nn.GELU) and act.approximate == "none"):
+                lin.gelu = True
+                setattr(m, act_name, nn.Identity())
+                fused += 1
+    return fused
 
 
 def pointwise_as_linear(module: nn.Module, skip: tuple[str, ...] = ()) -> int:
