@@ -435,8 +435,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
     "-wall1": {"gpu.warmup": "all", "gpu.processes": 1},  # every bucket captured at start
     "-memtrace": {"_memtrace": True},
-    "-nopw": {"_env": {"OCRFORGE_TORCH_POINTWISE": "0"}},
-    "-nofuse": {"_env": {"OCRFORGE_TORCH_FUSE": "0"}},  # biases, gates, GELUs in passes of their own  # 1x1 convolutions through cuDNN + bias add
+    "-nopw": {"_env": {"OCRFORGE_TORCH_POINTWISE": "0"}},  # 1x1 convolutions through cuDNN + bias add
+    "-nofuse": {"_env": {"OCRFORGE_TORCH_FUSE": "0"}},  # biases, gates, GELUs in passes of their own
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
     "-infl32": {"gpu.max_inflight": 32},
     "-infl256": {"gpu.max_inflight": 256},
