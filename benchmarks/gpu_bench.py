@@ -437,6 +437,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-memtrace": {"_memtrace": True},
     "-nopw": {"_env": {"OCRFORGE_TORCH_POINTWISE": "0"}},  # 1x1 convolutions through cuDNN + bias add
     "-nofuse": {"_env": {"OCRFORGE_TORCH_FUSE": "0"}},  # biases, gates, GELUs in passes of their own
+    "-noviews": {"_env": {"OCRFORGE_TORCH_FUSE_SKIP": "DetNeck,Stem"}},  # upsample copies, max-pool
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
     "-infl32": {"gpu.max_inflight": 32},
     "-infl256": {"gpu.max_inflight": 256},

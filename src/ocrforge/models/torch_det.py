@@ -72,19 +72,61 @@ class DetNeck(nn.Module):
         self.outs = nn.ModuleList([RSEConv(width, width // 4, 1, depthwise_first=True)
                                    for _ in in_channels])
 
+    @torch.no_grad()
+    def fuse(self) -> bool:
+        """Upsample-and-add and upsample-and-concatenate by writing into views of the larger
+        tensor (``_add_up``, ``_cat_up``): no upsampled copies in between."""
+        self.views = True
+        return True
+
     def forward(self, feats: list[torch.Tensor]) -> torch.Tensor:
         c2, c3, c4, c5 = feats
         in5, in4, in3, in2 = (m(f) for m, f in zip(self.ins, (c5, c4, c3, c2), strict=True))
-        out4 = in4 + F.interpolate(in5, scale_factor=2.0, mode="nearest")
-        out3 = in3 + F.interpolate(out4, scale_factor=2.0, mode="nearest")
-        out2 = in2 + F.interpolate(out3, scale_factor=2.0, mode="nearest")
+        if getattr(self, "views", False):
+            out4 = _add_up(in4, in5)
+            out3 = _add_up(in3, out4)
+            out2 = _add_up(in2, out3)
+        else:
+            out4 = in4 + F.interpolate(in5, scale_factor=2.0, mode="nearest")
+            out3 = in3 + F.interpolate(out4, scale_factor=2.0, mode="nearest")
+            out2 = in2 + F.interpolate(out3, scale_factor=2.0, mode="nearest")
         p5, p4, p3, p2 = (m(f) for m, f in zip(self.outs, (in5, out4, out3, out2), strict=True))
+        if getattr(self, "views", False):
+            return _cat_up([p5, p4, p3, p2])
         return torch.cat([
             F.interpolate(p5, scale_factor=8.0, mode="nearest"),
             F.interpolate(p4, scale_factor=4.0, mode="nearest"),
             F.interpolate(p3, scale_factor=2.0, mode="nearest"),
             p2,
         ], dim=1)
+
+
+def _blocks(t: torch.Tensor, f: int) -> torch.Tensor:
+    """(n, c, h*f, w*f) seen as (n, c, h, f, w, f): a view in either memory format."""
+    n, c, hh, ww = t.shape
+    return t.view(n, c, hh // f, f, ww // f, f)
+
+
+def _add_up(big: torch.Tensor, small: torch.Tensor) -> torch.Tensor:
+    """big + nearest-x2(small), written into ``big`` (a fresh activation nothing else holds)."""
+    _blocks(big, 2).add_(small[:, :, :, None, :, None])
+    return big
+
+
+def _cat_up(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate parts along channels, each upsampled (nearest) to the last one's size."""
+    last = parts[-1]
+    n, _, hh, ww = last.shape
+    fmt = (torch.channels_last if last.is_contiguous(memory_format=torch.channels_last)
+           and not last.is_contiguous() else torch.contiguous_format)
+    out = torch.empty((n, sum(p.shape[1] for p in parts), hh, ww), dtype=last.dtype,
+                      device=last.device, memory_format=fmt)
+    c0 = 0
+    for p in parts:
+        f = hh // p.shape[2]
+        _blocks(out[:, c0:c0 + p.shape[1]], f).copy_(p[:, :, :, None, :, None])
+        c0 += p.shape[1]
+    return out
 
 
 class DBHead(nn.Module):

@@ -80,6 +80,13 @@ class Stem(nn.Module):
         self.conv3 = nn.Conv2d(mid * 2, mid, 3, stride=2, padding=1)
         self.conv4 = nn.Conv2d(mid, out, 1)
 
+    @torch.no_grad()
+    def fuse(self) -> bool:
+        """The 2x2 stride-1 max-pool as two elementwise maxima of shifted views (PyTorch's
+        channels-last max-pool kernel is slow with few channels on the GPU)."""
+        self.pool_by_max = True
+        return True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))
         # ONNX auto_pad=SAME_UPPER with a 2x2 kernel and stride 1: one row/column at the end;
@@ -87,7 +94,11 @@ class Stem(nn.Module):
         xp = F.pad(x, (0, 1, 0, 1))  # one padded copy for both branches
         a = F.relu(self.conv2a(xp))
         a = F.relu(self.conv2b(F.pad(a, (0, 1, 0, 1))))
-        p = F.max_pool2d(xp, 2, stride=1)
+        if getattr(self, "pool_by_max", False):
+            m = torch.maximum(xp[:, :, :-1], xp[:, :, 1:])
+            p = torch.maximum(m[:, :, :, :-1], m[:, :, :, 1:])
+        else:
+            p = F.max_pool2d(xp, 2, stride=1)
         x = torch.cat([p, a], dim=1)
         x = F.relu(self.conv3(x))
         return F.relu(self.conv4(x))

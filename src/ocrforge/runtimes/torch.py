@@ -21,7 +21,8 @@ convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py), OCRFORGE_TORCH
 (keep every keep_fp32 submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1
 convolutions as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py),
 OCRFORGE_TORCH_FUSE=0 (on CUDA, keep biases, gates and GELUs in passes of their own instead of
-folding them into the GEMMs and multiply-adds around them: torch_pointwise.fuse_*) and
+folding them into the GEMMs and multiply-adds around them: torch_pointwise.fuse_*),
+OCRFORGE_TORCH_FUSE_SKIP (class names whose ``fuse()`` is not called, e.g. "DetNeck,Stem") and
 TORCHINDUCTOR_CACHE_DIR (default: <ocrforge cache>/inductor, so a second start reuses compiled kernels).
 """
 
@@ -140,7 +141,8 @@ class TorchRuntime:
         self.fused = 0
         fuse = self.cuda and os.environ.get("OCRFORGE_TORCH_FUSE", "1") == "1"
         if fuse:
-            self.fused = fuse_modules(self.net)
+            skip = os.environ.get("OCRFORGE_TORCH_FUSE_SKIP", "")
+            self.fused = fuse_modules(self.net, frozenset(filter(None, skip.split(","))))
         if self.cuda and os.environ.get("OCRFORGE_TORCH_POINTWISE", "1") == "1":
             fold_biases(self.net)
             self.pointwise = pointwise_as_linear(self.net, _kept_fp32(self.net, self.dtype))

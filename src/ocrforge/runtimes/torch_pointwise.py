@@ -56,10 +56,12 @@ def fold_biases(module: nn.Module) -> int:
     return sum(bool(m.fold_bias()) for m in module.modules() if callable(getattr(m, "fold_bias", None)))
 
 
-def fuse_modules(module: nn.Module) -> int:
+def fuse_modules(module: nn.Module, skip: frozenset[str] = frozenset()) -> int:
     """Let every submodule that can rewrite itself into fewer device passes (a ``fuse()``
-    method: folded biases and gate slopes) do so; returns how many did."""
-    return sum(bool(m.fuse()) for m in module.modules() if callable(getattr(m, "fuse", None)))
+    method: folded biases and gate slopes, views instead of copies) do so, except those whose
+    class is named in ``skip``; returns how many did."""
+    return sum(bool(m.fuse()) for m in module.modules()
+               if callable(getattr(m, "fuse", None)) and type(m).__name__ not in skip)
 
 
 def fuse_activations(module: nn.Module) -> int:
