@@ -81,14 +81,18 @@ class DetPreprocessor:
         """Device-side twin of __call__: a 3 x H x W uint8 page tensor (BGR) resized to
         (rh, rw) and normalised into ``out[:, :rh, :rw]`` (out is 3 x Hb x Wb float, zeros
         around: the page bucket's padding)."""
+        import torch
         import torch.nn.functional as F
 
-        x = img.unsqueeze(0).float()
-        if tuple(x.shape[2:]) != (rh, rw):
-            x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False)
-        sc = constant(self.scale, (1, 3, 1, 1), x)
-        of = constant(self.offset, (1, 3, 1, 1), x)
-        out[:, :rh, :rw] = (x * sc + of)[0]
+        x = img
+        if tuple(x.shape[1:]) != (rh, rw):
+            x = F.interpolate(x.unsqueeze(0).float(), size=(rh, rw), mode="bilinear",
+                              align_corners=False)[0]
+        sc = constant(self.scale, (3, 1, 1), out, torch.float32)
+        of = constant(self.offset, (3, 1, 1), out, torch.float32)
+        # one kernel from the uint8 (or resized) page into the padded input's slice, the
+        # arithmetic in FP32 as on the host and rounded once to the input's dtype
+        torch.addcmul(of, x, sc, out=out[:, :rh, :rw])
 
     def __call__(self, img: np.ndarray, limit: int | None = None, raw: bool = False) -> DetInput:
         """The page resized and normalised (float32 1 x 3 x H x W), or with ``raw`` resized

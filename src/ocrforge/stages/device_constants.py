@@ -17,8 +17,9 @@ def _cached(values: tuple[float, ...], shape: tuple[int, ...], device: Any, dtyp
     return torch.tensor(values, dtype=dtype, device=device).view(shape)
 
 
-def constant(values: Any, shape: tuple[int, ...], like: Any) -> Any:
-    """``values`` (a flat sequence) as a tensor of ``shape`` on ``like``'s device and dtype,
-    made once per (values, shape, device, dtype); callers must not modify it in place."""
+def constant(values: Any, shape: tuple[int, ...], like: Any, dtype: Any = None) -> Any:
+    """``values`` (a flat sequence) as a tensor of ``shape`` on ``like``'s device and dtype
+    (or ``dtype``), made once per (values, shape, device, dtype); callers must not modify it
+    in place."""
     flat = tuple(float(v) for v in (values.reshape(-1) if hasattr(values, "reshape") else values))
-    return _cached(flat, tuple(shape), like.device, like.dtype)
+    return _cached(flat, tuple(shape), like.device, like.dtype if dtype is None else dtype)
