@@ -136,10 +136,41 @@ class DBHead(nn.Module):
         self.up1 = nn.ConvTranspose2d(mid, mid, 2, stride=2)
         self.up2 = nn.ConvTranspose2d(mid, 1, 2, stride=2)
 
+    @torch.no_grad()
+    def fuse(self) -> bool:
+        """Both 2x2 stride-2 transposed convolutions as GEMMs over pixel rows (each input
+        pixel maps to its own 2x2 output block, so the two products chain without rearranging
+        the half-resolution map in between), bias and ReLU in the first GEMM's epilogue: no
+        separate bias, ReLU or layout passes at half and full resolution."""
+        for up in (self.up1, self.up2):
+            if up.kernel_size != (2, 2) or up.stride != (2, 2) or up.padding != (0, 0):
+                return False
+        # (C_in, C_out, i, j) -> (C_in, (i, j, C_out)): column (2 i + j) * C_out + c_out
+        for k, up in ((1, self.up1), (2, self.up2)):
+            g = up.weight.permute(0, 2, 3, 1).reshape(up.in_channels, -1)
+            self.register_buffer(f"g{k}", g.contiguous().clone())
+            self.register_buffer(f"b{k}", up.bias.repeat(4).clone())
+        self.up1 = self.up2 = None
+        return True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv(x))
+        if self.up1 is None:
+            return self._up_by_gemms(x)
         x = F.relu(self.up1(x))
         return torch.sigmoid(self.up2(x))
+
+    def _up_by_gemms(self, x: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = x.shape
+        rows = x.permute(0, 2, 3, 1).reshape(n * h * w, c)  # a view when x is channels_last
+        if rows.is_cuda:  # cuBLASLt's bias + ReLU epilogue
+            y = torch._addmm_activation(self.b1, rows, self.g1)
+        else:
+            y = F.relu(torch.addmm(self.b1, rows, self.g1))
+        # rows of y: pixel (n, h, w) then sub-pixel (i, j); the second GEMM works per row
+        y = torch.addmm(self.b2, y.view(-1, self.g1.shape[1] // 4), self.g2)
+        y = torch.sigmoid(y).view(n, h, w, 2, 2, 2, 2)  # (.., i, j, i2, j2)
+        return y.permute(0, 1, 3, 5, 2, 4, 6).reshape(n, 1, 4 * h, 4 * w)
 
 
 class DetNet(nn.Module):
