@@ -437,7 +437,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-memtrace": {"_memtrace": True},
     "-nopw": {"_env": {"OCRFORGE_TORCH_POINTWISE": "0"}},  # 1x1 convolutions through cuDNN + bias add
     "-nofuse": {"_env": {"OCRFORGE_TORCH_FUSE": "0"}},  # biases, gates, GELUs in passes of their own
-    "-noviews": {"_env": {"OCRFORGE_TORCH_FUSE_SKIP": "DetNeck,Stem"}},  # upsample copies, max-pool
+    # the layout rewrites left out: upsample copies in the neck, the max-pool, the transposed convs
+    "-noviews": {"_env": {"OCRFORGE_TORCH_FUSE_SKIP": "DetNeck,Stem,DBHead"}},
+    "-nostem": {"_env": {"OCRFORGE_TORCH_FUSE_SKIP": "Stem"}},  # the max-pool kernel kept
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
     "-infl32": {"gpu.max_inflight": 32},
     "-infl256": {"gpu.max_inflight": 256},
