@@ -440,6 +440,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # the layout rewrites left out: upsample copies in the neck, the max-pool, the transposed convs
     "-noviews": {"_env": {"OCRFORGE_TORCH_FUSE_SKIP": "DetNeck,Stem,DBHead"}},
     "-nostem": {"_env": {"OCRFORGE_TORCH_FUSE_SKIP": "Stem"}},  # the max-pool kernel kept
+    # short lines padded to 160 / 224 px instead of the model's 320 (as the CPU path pads)
+    "-rec160": {"rec.min_width": 160, "gpu.rec_widths": [
+        160, 224, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2560, 3200]},
     "-expseg": {"_alloc": "expandable_segments:True"},  # the caching allocator's setting
     "-infl32": {"gpu.max_inflight": 32},
     "-infl256": {"gpu.max_inflight": 256},
