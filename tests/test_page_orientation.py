@@ -212,6 +212,24 @@ def test_native_orientation_network_and_device_prep_match_the_host_path():
             np.testing.assert_allclose(ort.run(ref), p_dev, atol=0.01)
 
 
+def test_area_resize_weights_of_many_page_sizes_stay_kept_within_a_byte_budget():
+    """The real-page mix needs 53 (size in, size out) matrices; a cache of 16 entries rebuilt
+    most of them on every page (~8 launches of the GPU driver thread each). The cache is
+    bounded by bytes instead: 53 typical matrices stay kept, and filling it past its budget
+    drops the least recently used."""
+    torch = pytest.importorskip("torch")
+    like = torch.zeros(1)
+    po._area_cache_clear()
+    sizes = [(700 + 7 * k, 256) for k in range(53)]
+    first = [po._area_weights(n, m, like) for n, m in sizes]
+    assert all(po._area_weights(n, m, like) is a for (n, m), a in zip(sizes, first, strict=True))
+    big = [(3900 + k, 256) for k in range(po._AREA_CACHE_BYTES // (3900 * 256 * 4) + 2)]
+    for n, m in big:
+        po._area_weights(n, m, like)
+    assert po._area_cache_bytes() <= po._AREA_CACHE_BYTES
+    assert po._area_weights(*sizes[0], like) is not first[0]
+
+
 def test_area_resize_weights_are_built_once_per_size_and_equal_fresh_ones():
     """The device resize's weight matrices are kept per (size in, size out): a page size seen
     again reuses its matrix (fewer launches of the GPU driver thread), with the same values;

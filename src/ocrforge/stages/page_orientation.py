@@ -22,7 +22,8 @@ crops are sure of 180.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import cv2
@@ -116,14 +117,39 @@ def prepare_torch(img: Any, crops: tuple[float, ...] = CENTRE) -> Any:
 def _area_weights(n_in: int, n_out: int, like: Any) -> Any:
     """cv2.INTER_AREA as a matrix (n_out x n_in) for a downscale: each output pixel averages
     the source interval it covers, partial pixels weighted by their overlap. Page sizes repeat,
-    so matrices of up to 1 M entries are kept (at most 16: <= 64 MB); building one is ~8
-    launches of the GPU driver thread (~5 % of its samples on the real-page mix, H100)."""
-    if n_in * n_out <= _AREA_CACHE_MAX_ENTRIES:
-        return _area_weights_cached(n_in, n_out, like.device, like.dtype)
-    return _area_weights_new(n_in, n_out, like.device, like.dtype)
+    so matrices of up to 1 M entries are kept, least recently used dropped past 96 MiB (the
+    real-page mix needs 53, 48 of them small enough to keep: 66 MiB in FP32); building one is
+    ~8 launches of the GPU driver thread (~3-5 % of its samples on the real-page mix, H100,
+    while a 16-entry cache thrashed)."""
+    if n_in * n_out > _AREA_CACHE_MAX_ENTRIES:
+        return _area_weights_new(n_in, n_out, like.device, like.dtype)
+    key = (n_in, n_out, like.device, like.dtype)
+    with _AREA_LOCK:
+        got = _AREA_CACHE.get(key)
+        if got is not None:
+            _AREA_CACHE.move_to_end(key)
+            return got
+    got = _area_weights_new(n_in, n_out, like.device, like.dtype)
+    with _AREA_LOCK:
+        _AREA_CACHE[key] = got
+        while _area_cache_bytes() > _AREA_CACHE_BYTES and len(_AREA_CACHE) > 1:
+            _AREA_CACHE.popitem(last=False)
+    return got
 
 
 _AREA_CACHE_MAX_ENTRIES = 1 << 20
+_AREA_CACHE_BYTES = 96 << 20
+_AREA_CACHE: OrderedDict[tuple, Any] = OrderedDict()
+_AREA_LOCK = threading.Lock()
+
+
+def _area_cache_bytes() -> int:
+    return sum(t.numel() * t.element_size() for t in _AREA_CACHE.values())
+
+
+def _area_cache_clear() -> None:
+    with _AREA_LOCK:
+        _AREA_CACHE.clear()
 
 
 def _area_weights_new(n_in: int, n_out: int, device: Any, dtype: Any) -> Any:
@@ -134,9 +160,6 @@ def _area_weights_new(n_in: int, n_out: int, device: Any, dtype: Any) -> Any:
     j = torch.arange(n_in, dtype=torch.float64, device=device)[None, :]
     overlap = (torch.minimum(lo + sc, j + 1) - torch.maximum(lo, j)).clamp_(min=0)
     return (overlap / sc).to(dtype)
-
-
-_area_weights_cached = lru_cache(maxsize=16)(_area_weights_new)
 
 
 def _pyr_down(x: Any) -> Any:
