@@ -89,9 +89,10 @@ def cut_planned(img: Any, plan: CropPlan, rec: Any, dtype: Any, mode: str = "bic
     """The device half of crop_lines_torch. ``upload`` puts a group's coefficients on the
     page's device (default: a fresh pinned copy; the GPU scheduler passes a pinned ring)."""
     out = []
+    src = img.unsqueeze(0).float() if plan.groups else None  # once per page, not per group
     for g in plan.groups:
         coef = upload(g.coef) if upload is not None else _upload(g.coef, img.device)
-        crops = _sample_lines(img, coef, g.wmax, rec, dtype, mode)
+        crops = _sample_lines(src, coef, g.wmax, rec, dtype, mode)
         out += [(int(li), int(plan.buckets[li]), crops, row, int(plan.tws[li]))
                 for row, li in enumerate(g.lines)]
     return out
@@ -115,48 +116,47 @@ def _width_split(widths: np.ndarray) -> int:
     return best + 1 if cells[best] < 0.6 * k * widths[-1] else 0
 
 
-def _sample_lines(img: Any, coef: Any, wmax: int, rec: Any, dtype: Any, mode: str) -> Any:
-    """The lines of the page as one (k, 3, 48, wmax) tensor (one grid_sample). ``coef`` (k x
-    10, on the device) holds each line's map from network pixel to grid_sample's page
-    coordinates, one homography composed on the host, so the device work is a handful of
-    launches whatever k is (the driver thread issues every one of them). float64: a float32
-    product may run as TF32 where a program allows it (10 bits of mantissa: pixels off by ~1
-    on a 4000 px page); the grid goes to float32 only at the end."""
+def _sample_lines(src: Any, coef: Any, wmax: int, rec: Any, dtype: Any, mode: str) -> Any:
+    """The lines of the page (``src``: 1 x 3 x H x W float32) as one (k, 3, 48, wmax) tensor
+    (one grid_sample). ``coef`` (k x 10, float64 on the device) holds each line's map from
+    network pixel to grid_sample's page coordinates, one homography composed on the host, so
+    the device work is a handful of launches whatever k is (the driver thread issues every one
+    of them). The grid is evaluated by float32 elementwise products (IEEE float32, never TF32 as
+    a matrix product may be; <= ~1e-4 px on a 7000 px page), written into one k x 48 x wmax x 2
+    tensor: its temporaries hold 8 bytes a line pixel where the float64 products held 48 (1.0
+    GiB of the H100's 5.6 GiB peak, docs/BENCHMARKS.md)."""
     import torch
     import torch.nn.functional as F
 
     hs = rec.height
     k = int(coef.shape[0])
-    base = _pixel_grid(hs, wmax, img.device)  # hs*wmax x 3: (u, v, 1)
-    pts = torch.matmul(base, coef[:, :9].view(k, 3, 3).transpose(1, 2))  # k x hs*wmax x 3
-    grid = (pts[..., :2] / pts[..., 2:]).float()
-    src = img.unsqueeze(0).float()
+    grid = _line_grid(coef, hs, wmax)
     crops = F.grid_sample(src, grid.view(1, k * hs, wmax, 2), mode=mode,
-                          padding_mode="border", align_corners=False)
+                          padding_mode="border", align_corners=False)[0]
     if mode == "bicubic":
-        crops = crops.clamp_(0.0, 255.0)
+        crops.clamp_(0.0, 255.0)
+    crops.mul_(float(rec.scale)).add_(float(rec.offset))
     crops = crops.view(3, k, hs, wmax).transpose(0, 1)
-    inside = base[:wmax, 0].view(1, 1, 1, wmax) < coef[:, 9].view(k, 1, 1, 1)
-    # zero right of the text
-    return torch.where(inside, crops * float(rec.scale) + float(rec.offset), 0.0).to(dtype).contiguous()
+    u = torch.arange(wmax, device=src.device, dtype=torch.float64).view(1, 1, 1, wmax)
+    crops.masked_fill_(u >= coef[:, 9].view(k, 1, 1, 1), 0.0)  # zero right of the text
+    return crops.to(dtype=dtype, memory_format=torch.contiguous_format)
 
 
-_GRIDS: dict[tuple, Any] = {}
-
-
-def _pixel_grid(hs: int, wmax: int, dev: Any) -> Any:
-    """(u, v, 1) for every network pixel of a hs x wmax line, row-major (u fastest): cached per
-    shape and device, so it is made once, not per page."""
+def _line_grid(coef: Any, hs: int, wmax: int) -> Any:
+    """grid_sample's (x, y) for every pixel (u, v) of k lines of hs x wmax: the homography
+    (c0 u + c1 v + c2, c3 u + c4 v + c5) / (c6 u + c7 v + c8) of each line's coefficients."""
     import torch
 
-    key = (hs, wmax, str(dev))
-    g = _GRIDS.get(key)
-    if g is None:
-        v, u = torch.meshgrid(torch.arange(hs, dtype=torch.float64), torch.arange(wmax, dtype=torch.float64),
-                              indexing="ij")
-        g = torch.stack([u.reshape(-1), v.reshape(-1), torch.ones(hs * wmax, dtype=torch.float64)], dim=1).to(dev)
-        _GRIDS[key] = g
-    return g
+    k, dev = int(coef.shape[0]), coef.device
+    c = coef[:, :9].float().reshape(k, 9, 1, 1).unbind(1)  # nine k x 1 x 1 tensors
+    u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
+    v = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
+    grid = torch.empty((k, hs, wmax, 2), device=dev, dtype=torch.float32)
+    den = torch.addcmul(c[8] + c[7] * v, c[6], u)  # k x hs x wmax
+    for j in (0, 1):
+        a, b, off = c[3 * j], c[3 * j + 1], c[3 * j + 2]
+        torch.div(torch.addcmul(off + b * v, a, u), den, out=grid[..., j])
+    return grid
 
 
 def line_homographies(quads: np.ndarray, w: np.ndarray, h: np.ndarray, vert: np.ndarray,
