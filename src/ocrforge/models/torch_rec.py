@@ -111,8 +111,11 @@ class RecNet(nn.Module):
         return self.head(x.squeeze(2).transpose(1, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # FP32 probabilities from FP16 logits in one kernel on CUDA (no FP32 copy of the logits)
-        return torch.softmax(self.logits(x), dim=2, dtype=torch.float32)
+        # in the logits' precision (accumulated in FP32): under FP16, half the bytes of an FP32
+        # softmax to write and for the CTC head to read (N x T x 18,710 a batch, 17 of 294 ms
+        # of kernels for 64 pages on the H100 with both in FP32). FP16 probabilities changed 2
+        # of the dev set's 127,980 step argmaxes and no line (benchmarks/rec_head_precision.py)
+        return torch.softmax(self.logits(x), dim=2)
 
 
 def rec_from_onnx(path: str | Path) -> RecNet:

@@ -170,6 +170,8 @@ class TorchRuntime:
             dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
             self.fn = torch.compile(self.module, mode=None if mode == "default" else mode,
                                     dynamic=None if self.dynamic else False, fullgraph=True)
+        # what a post runs after: the network itself (compiled: the float32-out module)
+        self._for_post = self.fn if self.compiled else self.net
         self.load_s = time.perf_counter() - t0
         self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
         # a shape is captured after capture_after eager uses (by default on its second: the
@@ -224,9 +226,11 @@ class TorchRuntime:
         result is returned instead: a large output reduced on the device (a per-step argmax of
         recognition's thousands of classes) then never stays in the graph's memory. With
         cuda_graphs the result is the graph's static output: consume (or copy) it before the
-        next call. ``post`` must be the same object from call to call (it is part of the key)."""
+        next call. ``post`` must be the same object from call to call (it is part of the key);
+        it gets the network's output in the network's own precision (no float32 pass over a
+        large FP16 output first) and types its result itself."""
         x = self._prepare(x)
-        fn = self.fn if post is None else _Then(self.fn, post)
+        fn = self.fn if post is None else _Then(self._for_post, post)
         if not self.use_graphs:
             return fn(x)
         key = (tuple(x.shape), x.dtype, post)
@@ -299,7 +303,7 @@ class TorchRuntime:
         """Compile / capture the given input shapes (with ``post``, as forward) now, on this
         thread; returns seconds spent."""
         t0 = time.perf_counter()
-        fn = self.fn if post is None else _Then(self.fn, post)
+        fn = self.fn if post is None else _Then(self._for_post, post)
         for shp in shapes:
             x = self._prepare(torch.zeros(shp, device=self.dev, dtype=self.dtype))
             key = (tuple(x.shape), x.dtype, post)

@@ -134,7 +134,7 @@ class DetMapsPost:
     def __call__(self, out: Any, x: Any) -> tuple:
         import torch
 
-        prob = out[:, 0]
+        prob = out[:, 0].float()  # the threshold and the uint8 scaling on float32, as on the host
         bitmap = torch.stack([(prob > self.thresh).to(torch.uint8), gray_torch(x, self.prep)], 1)
         if self.to_uint8:
             prob = (prob * 255.0).round_().to(torch.uint8)
