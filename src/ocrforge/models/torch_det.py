@@ -71,6 +71,7 @@ class DetNeck(nn.Module):
         self.ins = nn.ModuleList([RSEConv(c, width, 1) for c in reversed(in_channels)])
         self.outs = nn.ModuleList([RSEConv(width, width // 4, 1, depthwise_first=True)
                                    for _ in in_channels])
+        self.views = False  # fuse()
 
     @torch.no_grad()
     def fuse(self) -> bool:
@@ -82,7 +83,7 @@ class DetNeck(nn.Module):
     def forward(self, feats: list[torch.Tensor]) -> torch.Tensor:
         c2, c3, c4, c5 = feats
         in5, in4, in3, in2 = (m(f) for m, f in zip(self.ins, (c5, c4, c3, c2), strict=True))
-        if getattr(self, "views", False):
+        if self.views:
             out4 = _add_up(in4, in5)
             out3 = _add_up(in3, out4)
             out2 = _add_up(in2, out3)
@@ -91,7 +92,7 @@ class DetNeck(nn.Module):
             out3 = in3 + F.interpolate(out4, scale_factor=2.0, mode="nearest")
             out2 = in2 + F.interpolate(out3, scale_factor=2.0, mode="nearest")
         p5, p4, p3, p2 = (m(f) for m, f in zip(self.outs, (in5, out4, out3, out2), strict=True))
-        if getattr(self, "views", False):
+        if self.views:
             return _cat_up([p5, p4, p3, p2])
         return torch.cat([
             F.interpolate(p5, scale_factor=8.0, mode="nearest"),

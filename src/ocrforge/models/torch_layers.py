@@ -79,6 +79,7 @@ class Stem(nn.Module):
         self.conv2b = nn.Conv2d(mid // 2, mid, 2)
         self.conv3 = nn.Conv2d(mid * 2, mid, 3, stride=2, padding=1)
         self.conv4 = nn.Conv2d(mid, out, 1)
+        self.pool_by_max = False  # fuse()
 
     @torch.no_grad()
     def fuse(self) -> bool:
@@ -94,7 +95,7 @@ class Stem(nn.Module):
         xp = F.pad(x, (0, 1, 0, 1))  # one padded copy for both branches
         a = F.relu(self.conv2a(xp))
         a = F.relu(self.conv2b(F.pad(a, (0, 1, 0, 1))))
-        if getattr(self, "pool_by_max", False):
+        if self.pool_by_max:
             m = torch.maximum(xp[:, :, :-1], xp[:, :, 1:])
             p = torch.maximum(m[:, :, :, :-1], m[:, :, :, 1:])
         else:

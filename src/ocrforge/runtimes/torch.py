@@ -146,7 +146,7 @@ class TorchRuntime:
         if self.cuda and os.environ.get("OCRFORGE_TORCH_POINTWISE", "1") == "1":
             fold_biases(self.net)
             self.pointwise = pointwise_as_linear(self.net, _kept_fp32(self.net, self.dtype))
-            if fuse:
+            if fuse and self.precision != "fp32":  # FP32 stays the reference: erf GELU
                 self.fused += fuse_activations(self.net)
         self.depthwise = 0
         if self.cuda and os.environ.get("OCRFORGE_TORCH_DEPTHWISE", "cudnn") == "native":

@@ -13,7 +13,8 @@ A GELU right after a 1x1 convolution (a module's ``fusable`` pairs) runs in the 
 epilogue (``torch._addmm_activation``, cuBLASLt's GELU_BIAS). That epilogue computes the tanh
 form of GELU, not the erf form of the trained network (they differ by at most 5e-4, below FP16's
 step at the activations' scale); the CPU path of a fused layer computes the same tanh form, so
-CPU tests see what the GPU reads. Accuracy with it: docs/ACCURACY.md.
+CPU tests see what the GPU reads. The runtime fuses them under FP16 and BF16, not FP32 (the
+reference). Accuracy with it: docs/ACCURACY.md, "The GPU's GELU form".
 """
 
 from __future__ import annotations
