@@ -796,21 +796,32 @@ def test_pointwise_convolutions_as_gemms_compute_the_same(kind):
     """The CUDA runtime folds depthwise biases into the 1x1 convolutions after them and runs 1x1
     convolutions as F.linear on channels-last pixel rows (the bias inside the GEMM); on the CPU,
     in FP32, the rewritten network must give the same output."""
-    import copy
 
-    from ocrforge.models.native import build_native
-    from ocrforge.models.registry import resolve_models
     from ocrforge.runtimes.torch_pointwise import PointwiseLinear, fold_biases, pointwise_as_linear
 
-    m = resolve_models("ppocrv6-small")
-    net = build_native(m.model_set, kind, getattr(m, kind)).eval()
-    fast = copy.deepcopy(net)
+    net, fast = _native_pair(kind)
     ones = sum(1 for x in net.modules() if isinstance(x, torch.nn.Conv2d) and x.kernel_size == (1, 1))
     assert fold_biases(fast) >= 5
     assert pointwise_as_linear(fast, tuple(getattr(net, "keep_fp32", ()))) == ones > 10
     assert sum(isinstance(x, PointwiseLinear) for x in fast.modules()) == ones
+    _assert_same_in_both_memory_formats(net, fast, kind, seed=3)
+
+
+def _native_pair(kind: str) -> tuple:
+    """The native ppocrv6-small network of ``kind`` and a deep copy to rewrite."""
+    import copy
+
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models
+
+    m = resolve_models("ppocrv6-small")
+    net = build_native(m.model_set, kind, getattr(m, kind)).eval()
+    return net, copy.deepcopy(net)
+
+
+def _assert_same_in_both_memory_formats(net, fast, kind: str, seed: int) -> None:
     shape = (2, 3, 96, 160) if kind == "det" else (3, 3, 48, 200)
-    x = torch.rand(shape, generator=torch.Generator().manual_seed(3))
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(seed))
     with torch.inference_mode():
         for fmt in (torch.contiguous_format, torch.channels_last):
             a = net.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
@@ -824,10 +835,7 @@ def test_fused_networks_compute_what_the_tanh_gelu_network_computes(kind):
     convolutions, gate slopes into the expand convolution, GELU into the GEMM's epilogue) are
     exact except that the epilogue's GELU is the tanh form: on the CPU, in FP32, the fused
     network must give what the same network with tanh GELUs gives."""
-    import copy
 
-    from ocrforge.models.native import build_native
-    from ocrforge.models.registry import resolve_models
     from ocrforge.models.torch_layers import MixerBlock
     from ocrforge.runtimes.torch_pointwise import (
         fold_biases,
@@ -836,9 +844,7 @@ def test_fused_networks_compute_what_the_tanh_gelu_network_computes(kind):
         pointwise_as_linear,
     )
 
-    m = resolve_models("ppocrv6-small")
-    net = build_native(m.model_set, kind, getattr(m, kind)).eval()
-    fast = copy.deepcopy(net)
+    net, fast = _native_pair(kind)
     blocks = [b for b in net.modules() if isinstance(b, MixerBlock)]
     for b in blocks:
         b.act = torch.nn.GELU(approximate="tanh")
@@ -848,13 +854,7 @@ def test_fused_networks_compute_what_the_tanh_gelu_network_computes(kind):
     pointwise_as_linear(fast, tuple(getattr(net, "keep_fp32", ())))
     assert fuse_activations(fast) == len(blocks) > 10
     assert not any(isinstance(x, torch.nn.GELU) for x in fast.modules())
-    shape = (2, 3, 96, 160) if kind == "det" else (3, 3, 48, 200)
-    x = torch.rand(shape, generator=torch.Generator().manual_seed(5))
-    with torch.inference_mode():
-        for fmt in (torch.contiguous_format, torch.channels_last):
-            a = net.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
-            b = fast.to(memory_format=fmt)(x.contiguous(memory_format=fmt))
-            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    _assert_same_in_both_memory_formats(net, fast, kind, seed=5)
 
 
 def test_symbolic_compile_leaves_networks_dynamo_cannot_trace_uncompiled(monkeypatch):
