@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from gpu_probe import MemoryTrace, fmt_memory, fmt_stage_kernels, stage_kernels
+from gpu_probe import MemoryTrace, fmt_memory, fmt_stage_kernels, reserved_by_stream, stage_kernels
 
 T_START = time.perf_counter()
 RESULTS: dict = {}
@@ -448,6 +448,10 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-infl256": {"gpu.max_inflight": 256},
     # line crops held for recognition bounded (gpu.max_crop_megabytes): peak memory against rate
     "-crop256": {"gpu.max_crop_megabytes": 256.0}, "-crop1024": {"gpu.max_crop_megabytes": 1024.0},
+    # the allocator bounded (gpu.memory_limit_gb): what nvidia-smi shows against rate
+    "-lim6": {"gpu.memory_limit_gb": 6.0}, "-lim8": {"gpu.memory_limit_gb": 8.0},
+    "-lim4c": {"gpu.memory_limit_gb": 4.0, "gpu.max_crop_megabytes": 256.0},
+    "-lim5c": {"gpu.memory_limit_gb": 5.0, "gpu.max_crop_megabytes": 256.0},
     # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":
     # the behaviour before the setting (partial batches only when nothing else will fill them)
     "-wait30": {"gpu.max_wait_ms": 30.0}, "-wait300": {"gpu.max_wait_ms": 300.0},
@@ -552,6 +556,8 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     row["second_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
     row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
     row["shape_uses"] = shape_uses(gp)
+    if cuda:
+        row["reserved_by_stream"] = reserved_by_stream(gp)
     extra = ""
     if trace is not None:
         row["memory_trace"] = trace.report()
@@ -567,7 +573,8 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"{row['gpu_util'].get('util_mean', -1):.0f}% host {row['host_cpu_ms_per_page']:.1f} ms/page (pools {row.get('pool_cpu_ms_per_page')}) "
         f"peak {row['peak_mem_GiB']:.2f} GiB first page {row['first_page_s']:.1f}s dev CER "
         f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
-        f"{row['dev_det_f1'] or -1:.4f}\n    GIL wait pass 2 {row['second_pass']['gil_wait']} pass 3 "
+        f"{row['dev_det_f1'] or -1:.4f} reserved {row['reserved_GiB']:.2f} GiB\n    reserved by "
+        f"stream (MiB) {row.get('reserved_by_stream')}\n    GIL wait pass 2 {row['second_pass']['gil_wait']} pass 3 "
         f"{row['gil_wait']}\n    stats {row['stats']}\n    graph calls "
         f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
         f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")

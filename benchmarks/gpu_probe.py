@@ -180,7 +180,50 @@ class MemoryTrace:
                 "peak_segments_GiB": seg_peak / 2**30,
                 "reserved_now_GiB": reserved / 2**30,
                 "segments_now": len(snap.get("segments", [])),
+                "segments_made_by_MiB": segment_makers(events),
                 "at_peak_MiB": {k: round(v / 2**20, 1) for k, v in by.most_common(top)}}
+
+
+def reserved_by_stream(sch: Any) -> dict:
+    """What the caching allocator holds now, per stream it was allocated on (the allocator
+    caches freed blocks per stream, and a graph pool's blocks apart): MiB reserved and MiB
+    allocated in each, named by the scheduler's streams."""
+    import torch
+
+    names = {0: "default"}
+    for net, rt in (("det", sch.det), ("rec", sch.rec), ("orient", sch.orient_runtime())):
+        for attr in ("_capture_stream", "_copy_stream"):
+            s = getattr(rt, attr, None)
+            if s is not None:
+                names[s.cuda_stream] = f"{net}{attr[:-7]}"
+    if getattr(sch, "_decode_stream", None) is not None:
+        names[sch._decode_stream.cuda_stream] = "_decode"
+    out: dict[str, dict] = {}
+    for seg in torch.cuda.memory_snapshot():
+        pool = tuple(seg.get("segment_pool_id", (0, 0)))
+        key = names.get(seg["stream"], f"stream{seg['stream']:#x}")
+        key += " (graph pool)" if pool != (0, 0) else ""
+        d = out.setdefault(key, {"reserved_MiB": 0.0, "allocated_MiB": 0.0, "segments": 0})
+        d["reserved_MiB"] += seg["total_size"] / 2**20
+        d["allocated_MiB"] += seg["allocated_size"] / 2**20
+        d["segments"] += 1
+    return {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in
+            sorted(out.items(), key=lambda kv: -kv[1]["reserved_MiB"])}
+
+
+def segment_makers(events: list, top: int = 12) -> dict:
+    """Reserved MiB now by the ocrforge line whose allocation made the allocator reserve the
+    segment (replayed from the history's segment_alloc / segment_free events)."""
+    made: dict[int, tuple[int, str]] = {}
+    for e in events:
+        if e.get("action") in ("segment_alloc", "segment_map"):
+            made[e["addr"]] = (e["size"], _where(e.get("frames", [])))
+        elif e.get("action") in ("segment_free", "segment_unmap"):
+            made.pop(e["addr"], None)
+    by: Counter = Counter()
+    for size, where in made.values():
+        by[where] += size
+    return {k: round(v / 2**20, 1) for k, v in by.most_common(top)}
 
 
 def _where(frames: list) -> str:
@@ -194,4 +237,6 @@ def _where(frames: list) -> str:
 def fmt_memory(r: dict) -> str:
     return (f"    memory trace: peak live {r['peak_live_GiB']:.2f} GiB, reserved now "
             f"{r['reserved_now_GiB']:.2f} GiB (peak {r['peak_segments_GiB']:.2f}) in {r['segments_now']} segments; at the peak (MiB): "
-            + "; ".join(f"{k} {v}" for k, v in list(r["at_peak_MiB"].items())[:12]))
+            + "; ".join(f"{k} {v}" for k, v in list(r["at_peak_MiB"].items())[:12])
+            + "\n    segments made by (MiB): " + "; ".join(
+                f"{k} {v}" for k, v in r.get("segments_made_by_MiB", {}).items()))
