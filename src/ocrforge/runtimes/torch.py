@@ -180,6 +180,7 @@ class TorchRuntime:
         # warm-up runs on the capture stream before each capture (cuBLAS workspaces, allocations)
         self.capture_warmups = int(os.environ.get("OCRFORGE_CAPTURE_WARMUPS", "2"))
         self.capture_mode = "thread_local"  # see _capture
+        self._warm_on_caller = os.environ.get("OCRFORGE_CAPTURE_WARM_STREAM") == "caller"
         self._seen: dict[tuple, int] = {}
         # capture_s = warm_s (the warm-up runs) + graph_s (capture and instantiation): host time
         self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0,
@@ -276,9 +277,13 @@ class TorchRuntime:
         s = self._capture_stream
         s.wait_stream(torch.cuda.current_stream(self.dev))
         t0 = time.perf_counter()
-        with torch.cuda.stream(s):
+        # "caller": warm up on the caller's stream, so the warm-up activations are cached with
+        # the eager runs' blocks rather than in a per-runtime pool of their own (bench variant)
+        warm = torch.cuda.current_stream(self.dev) if self._warm_on_caller else s
+        with torch.cuda.stream(warm):
             for _ in range(self.capture_warmups):  # compilation, cuDNN/cuBLAS choices, memory
                 fn(static_in)
+        s.wait_stream(warm)
         torch.cuda.current_stream(self.dev).wait_stream(s)
         t1 = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
