@@ -726,6 +726,34 @@ def test_gpu_scheduler_rec_oom_retry_reads_the_same(torch_cpu_engine):
     assert np.array_equal(torch.cat([p[2] for p in parts]).numpy(), ref[2].numpy())
 
 
+def test_gpu_scheduler_crop_oom_waits_for_recognition_and_reads_the_same(pages, torch_cpu_engine,
+                                                                          monkeypatch):
+    """Under gpu.memory_limit_gb cutting a page's lines can run out of device memory while
+    other pages' crops wait for recognition: the page must wait (the crop budget halves, as
+    batches do) and be cut again, not become an error page or end the run."""
+    from ocrforge.scheduling import gpu_loop
+
+    many = [pages[k % 2] for k in range(8)]
+    want = [p.text for p in _scheduler(torch_cpu_engine).run(many)]
+    real, calls = gpu_loop.cut_planned, {"n": 0, "oom": 0}
+    loops = []
+    monkeypatch.setattr(gpu_loop.DriverLoop, "run", lambda self, run=gpu_loop.DriverLoop.run:
+                        loops.append(self) or run(self))
+
+    def cut(*a, **k):
+        calls["n"] += 1
+        if loops[-1].crop_bytes and calls["oom"] < 2:  # while earlier pages' crops are held
+            calls["oom"] += 1
+            raise torch.OutOfMemoryError("simulated")
+        yield from real(*a, **k)
+
+    monkeypatch.setattr(gpu_loop, "cut_planned", cut)
+    gs = _scheduler(torch_cpu_engine, max_wait_ms=1e6, launch_when_idle=False)
+    got = list(gs.run(many))
+    assert calls["oom"] >= 1 and gs.stats.oom_retries == calls["oom"]
+    assert [p.error for p in got] == [None] * 8 and [p.text for p in got] == want
+
+
 def test_gpu_scheduler_keeps_a_self_contradicting_page_like_the_runner(torch_cpu_engine):
     """An upright page whose centre crop says 180 degrees, and says 180 again when turned by
     180 (a generated table page, synth --seed 4712 --kind tables, page 6), is kept as given on

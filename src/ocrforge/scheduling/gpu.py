@@ -359,9 +359,9 @@ class GpuScheduler:
             try:
                 t = tvio.decode_jpeg(torch.frombuffer(bytearray(p.jpeg or b""), dtype=torch.uint8),
                                      mode=tvio.ImageReadMode.RGB, device=self.dev)
-            except Exception:
+                p.img = t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
+            except Exception:  # refused, or out of memory under gpu.memory_limit_gb
                 return
-            p.img = t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
             p.ready = torch.cuda.Event()
             p.ready.record(self._decode_stream)
         p.h, p.w = int(t.shape[1]), int(t.shape[2])

@@ -249,28 +249,43 @@ class DriverLoop:
         while self.post and self.crop_room() and (
                 self.post[0].done() or (not self.rec_out and not self.n_waiting)):
             moved = True
-            for p in self.post.popleft().result():
-                self._crop(p)
+            pages = self.post.popleft().result()
+            for k, p in enumerate(pages):
+                if not self._crop(p):  # out of device memory: the rest waits for recognition
+                    self.post.appendleft(_done(pages[k:]))
+                    break
             for wb in list(self.rec_q):
                 self.launch_rec(wb, force=False)
         return moved
 
-    def _crop(self, p: GpuPage) -> None:
+    def _crop(self, p: GpuPage) -> bool:
+        """Cut a page's lines into the recognition queues; False when the device ran out of
+        memory while other pages' crops are held (the crop budget then halves, as batch sizes
+        do, and the page is cut again once recognition has freed some)."""
         if p.plan is None:  # no lines (GpuScheduler.plan_lines)
             self.emit(p)
-            return
+            return True
         t0 = time.perf_counter()
+        try:
+            cut = list(cut_planned(p.img, p.plan, self.runner.rec_prep, self.sch.rec.dtype,
+                                   upload=self.sch.upload_small))
+        except torch.OutOfMemoryError:
+            if not self.crop_bytes:  # nothing held that recognition would free
+                raise
+            self.sch.max_crop_bytes = max(1, self.crop_bytes // 2)
+            self.stats.oom_retries += 1
+            return False
         p.texts = [None] * len(p.quads)
         p.pending = len(p.quads)
         now = time.perf_counter()
-        for li, wb, crops, row, tw in cut_planned(p.img, p.plan, self.runner.rec_prep,
-                                                  self.sch.rec.dtype, upload=self.sch.upload_small):
+        for li, wb, crops, row, tw in cut:
             self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
             self.rec_t.setdefault(wb, []).append(now)
             self.hold_crop(crops)
         p.img = None
         p.plan = None
         self.stats.crop_s += time.perf_counter() - t0
+        return True
 
     def hold_crop(self, crops: torch.Tensor) -> None:
         held = self.crop_rows.get(id(crops))
@@ -336,3 +351,9 @@ class DriverLoop:
                     self.emit(p)
             drained = True
         return drained
+
+
+def _done(result: Any) -> Future:
+    fut: Future = Future()
+    fut.set_result(result)
+    return fut
