@@ -451,6 +451,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # the allocator bounded (gpu.memory_limit_gb): what nvidia-smi shows against rate
     "-lim6": {"gpu.memory_limit_gb": 6.0}, "-lim8": {"gpu.memory_limit_gb": 8.0},
     "-warmcaller": {"_env": {"OCRFORGE_CAPTURE_WARM_STREAM": "caller"}},  # warm-ups' stream
+    "-lim6x": {"gpu.memory_limit_gb": 6.0, "_alloc": "expandable_segments:True"},
+    "-lim4cx": {"gpu.memory_limit_gb": 4.0, "gpu.max_crop_megabytes": 256.0,
+                "_alloc": "expandable_segments:True"},
     "-lim4c": {"gpu.memory_limit_gb": 4.0, "gpu.max_crop_megabytes": 256.0},
     "-lim5c": {"gpu.memory_limit_gb": 5.0, "gpu.max_crop_megabytes": 256.0},
     # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":
