@@ -448,14 +448,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-infl256": {"gpu.max_inflight": 256},
     # line crops held for recognition bounded (gpu.max_crop_megabytes): peak memory against rate
     "-crop256": {"gpu.max_crop_megabytes": 256.0}, "-crop1024": {"gpu.max_crop_megabytes": 1024.0},
-    # the allocator bounded (gpu.memory_limit_gb): what nvidia-smi shows against rate
-    "-lim6": {"gpu.memory_limit_gb": 6.0}, "-lim8": {"gpu.memory_limit_gb": 8.0},
-    "-warmcaller": {"_env": {"OCRFORGE_CAPTURE_WARM_STREAM": "caller"}},  # warm-ups' stream
-    "-lim6x": {"gpu.memory_limit_gb": 6.0, "_alloc": "expandable_segments:True"},
-    "-lim4cx": {"gpu.memory_limit_gb": 4.0, "gpu.max_crop_megabytes": 256.0,
-                "_alloc": "expandable_segments:True"},
-    "-lim4c": {"gpu.memory_limit_gb": 4.0, "gpu.max_crop_megabytes": 256.0},
-    "-lim5c": {"gpu.memory_limit_gb": 5.0, "gpu.max_crop_megabytes": 256.0},
+    # capture warm-ups on each runtime's capture stream (the default before 2026-12-06)
+    "-warmcapture": {"_env": {"OCRFORGE_CAPTURE_WARM_STREAM": "capture"}},
     # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":
     # the behaviour before the setting (partial batches only when nothing else will fill them)
     "-wait30": {"gpu.max_wait_ms": 30.0}, "-wait300": {"gpu.max_wait_ms": 300.0},

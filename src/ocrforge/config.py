@@ -207,9 +207,6 @@ class GpuConfig(_Section):
     # crops held stay under it (one page's always). Trades speed for peak GPU memory; crops
     # were the largest live item at the peak (H200, 2026-12-04)
     max_crop_megabytes: float | None = Field(None, gt=0)
-    # GiB the process's caching allocator may hold on the card (None: the whole card): past it
-    # freed blocks are given back before a new segment is made (scheduling/gpu_memory.py)
-    memory_limit_gb: float | None = Field(None, gt=0)
     # a partial batch (pages of one detection bucket, lines of one recognition width) is
     # launched once its oldest item has waited this long, besides whenever nothing else will
     # fill it: bounds how long a page with a line of a rare width waits (a served request

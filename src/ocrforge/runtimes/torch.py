@@ -177,10 +177,12 @@ class TorchRuntime:
         # a shape is captured after capture_after eager uses (by default on its second: the
         # first warms cuDNN and the allocator, so an engine serves its first page uncaptured)
         self.capture_after = cfg.capture_after
-        # warm-up runs on the capture stream before each capture (cuBLAS workspaces, allocations)
+        # warm-up runs before each capture (cuDNN/cuBLAS choices, allocations)
         self.capture_warmups = int(os.environ.get("OCRFORGE_CAPTURE_WARMUPS", "2"))
         self.capture_mode = "thread_local"  # see _capture
-        self._warm_on_caller = os.environ.get("OCRFORGE_CAPTURE_WARM_STREAM") == "caller"
+        # OCRFORGE_CAPTURE_WARM_STREAM=capture: warm-ups on the capture stream (as before
+        # 2026-12-06; see _capture)
+        self._warm_on_caller = os.environ.get("OCRFORGE_CAPTURE_WARM_STREAM") != "capture"
         self._seen: dict[tuple, int] = {}
         # capture_s = warm_s (the warm-up runs) + graph_s (capture and instantiation): host time
         self.counts = {"eager": 0, "captures": 0, "replays": 0, "capture_s": 0.0,
@@ -277,8 +279,11 @@ class TorchRuntime:
         s = self._capture_stream
         s.wait_stream(torch.cuda.current_stream(self.dev))
         t0 = time.perf_counter()
-        # "caller": warm up on the caller's stream, so the warm-up activations are cached with
-        # the eager runs' blocks rather than in a per-runtime pool of their own (bench variant)
+        # Warm-ups on the caller's stream: the caching allocator keeps freed blocks per stream,
+        # so warm-ups on the capture stream left each runtime a cache of its own as large as
+        # its largest warm-up (rec 6.1, orientation 2.0, det 1.1 GiB) that only later warm-ups
+        # could reuse. On the caller's stream they reuse the eager runs' blocks: 17.4 against
+        # 26.6 GiB reserved, same rate and reading (H100, 2026-12-06, docs/BENCHMARKS.md)
         warm = torch.cuda.current_stream(self.dev) if self._warm_on_caller else s
         with torch.cuda.stream(warm):
             for _ in range(self.capture_warmups):  # compilation, cuDNN/cuBLAS choices, memory

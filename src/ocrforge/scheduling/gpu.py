@@ -57,7 +57,6 @@ from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
-from ocrforge.scheduling.gpu_memory import apply_memory_limit
 from ocrforge.scheduling.layout_workers import PendingLayout
 from ocrforge.scheduling.pinned_ring import PinnedRing
 from ocrforge.scheduling.threads import Reusable, Workers
@@ -180,7 +179,6 @@ class GpuScheduler:
         self.decode_in_threads = self.gpu_decode and g.decode_in_threads
         self.max_inflight = g.max_inflight
         self.max_crop_bytes = g.max_crop_megabytes * 2**20 if g.max_crop_megabytes else None
-        self.memory_fraction = apply_memory_limit(self.dev, g.memory_limit_gb)
         self.max_wait = g.max_wait_ms / 1e3
         self.launch_when_idle = g.launch_when_idle
         self.orient_batch = g.orient_batch
@@ -360,7 +358,7 @@ class GpuScheduler:
                 t = tvio.decode_jpeg(torch.frombuffer(bytearray(p.jpeg or b""), dtype=torch.uint8),
                                      mode=tvio.ImageReadMode.RGB, device=self.dev)
                 p.img = t.flip(0)  # RGB -> BGR, as the CPU decoders deliver
-            except Exception:  # refused, or out of memory under gpu.memory_limit_gb
+            except Exception:  # refused, or out of device memory
                 return
             p.ready = torch.cuda.Event()
             p.ready.record(self._decode_stream)
@@ -529,9 +527,6 @@ class GpuScheduler:
 
     def close(self) -> None:
         self.drivers.close()
-        if self.memory_fraction is not None:  # the bound was this engine's
-            torch.cuda.set_per_process_memory_fraction(1.0, self.dev)
-            self.memory_fraction = None
         if self._dbpool is not None:
             self._dbpool.close()
             self._dbpool = None
