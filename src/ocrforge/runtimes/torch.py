@@ -279,11 +279,12 @@ class TorchRuntime:
         s = self._capture_stream
         s.wait_stream(torch.cuda.current_stream(self.dev))
         t0 = time.perf_counter()
-        # Warm-ups on the caller's stream: the caching allocator keeps freed blocks per stream,
-        # so warm-ups on the capture stream left each runtime a cache of its own as large as
-        # its largest warm-up (rec 6.1, orientation 2.0, det 1.1 GiB) that only later warm-ups
-        # could reuse. On the caller's stream they reuse the eager runs' blocks: 17.4 against
-        # 26.6 GiB reserved, same rate and reading (H100, 2026-12-06, docs/BENCHMARKS.md)
+        # Warm-ups on the capturing thread's current stream (the default stream, where the
+        # driver's eager runs are), not on the capture stream: the caching allocator keeps
+        # freed blocks per stream, so warm-ups on the capture stream left each runtime a cache
+        # of its own as large as its largest warm-up (rec 6.1, orientation 2.0, det 1.1 GiB)
+        # that only later warm-ups could reuse. Here they reuse the eager runs' blocks: 17.4
+        # against 26.6 GiB reserved, same rate and reading (H100, 2026-12-06, BENCHMARKS.md)
         warm = torch.cuda.current_stream(self.dev) if self._warm_on_caller else s
         with torch.cuda.stream(warm):
             for _ in range(self.capture_warmups):  # compilation, cuDNN/cuBLAS choices, memory

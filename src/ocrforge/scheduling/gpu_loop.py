@@ -259,9 +259,9 @@ class DriverLoop:
         return moved
 
     def _crop(self, p: GpuPage) -> bool:
-        """Cut a page's lines into the recognition queues; False when the device ran out of
-        memory (a small card) while other pages' crops are held (the crop budget then halves, as batch sizes
-        do, and the page is cut again once recognition has freed some)."""
+        """Cut a page's lines into the recognition queues. False when the device ran out of
+        memory (a small card) while other pages' crops are held: the crop budget then halves,
+        as batch sizes do, and the page is cut again once recognition has freed some."""
         if p.plan is None:  # no lines (GpuScheduler.plan_lines)
             self.emit(p)
             return True
