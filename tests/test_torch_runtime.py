@@ -528,6 +528,28 @@ def test_runtime_post_runs_after_the_network_and_keys_its_own_shape(torch_cpu_en
     assert all(t._base is None and t.untyped_storage().nbytes() == t.nbytes for t in got)
 
 
+def test_rec_post_reduces_a_few_lines_at_a_time_and_reads_the_same(torch_cpu_engine):
+    """Recognition's head, softmax and top-1 run piecewise inside the runtime (the whole
+    batch's N x T x 18,710 logits never exist at once) and give what the whole output gives."""
+    from ocrforge.stages.recognize import CTCHeadPost, ctc_head_torch
+
+    rt = torch_cpu_engine.runner.rec_rt
+    sp = torch_cpu_engine.runner.ctc.space_index
+    x = torch.rand((5, 3, 48, 320), generator=torch.Generator().manual_seed(7)) * 2 - 1
+    probs = rt.forward(x)
+    idx, conf = ctc_head_torch(probs)
+    steps = []
+    hook = rt.net.head.register_forward_hook(lambda _m, a, _o: steps.append(a[0].shape[:2]))
+    try:
+        got = rt.forward(x, CTCHeadPost(sp, steps_per_piece=2 * probs.shape[1]))
+    finally:
+        hook.remove()
+    assert [s[0] for s in steps] == [2, 2, 1], steps  # 2 lines a piece
+    assert torch.equal(got[0], idx)
+    torch.testing.assert_close(got[1], conf, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[2], probs[:, :, sp].float(), rtol=1e-5, atol=1e-6)
+
+
 def test_runtime_post_gets_the_network_output_in_its_own_precision():
     """Under FP16 the runtime's float32 cast of the output was a full pass over recognition's
     N x T x 18,710 probabilities before the post reduced them to two numbers a step; the post
@@ -584,6 +606,32 @@ def test_gpu_rec_graphs_keep_no_class_probabilities():
     # the three graphs' probabilities alone would be 128 x (80 + 160 + 320) x 18710 x 4 B = 5 GiB
     # (5.6 GB kept, measured); their static inputs are 165 MB, and 271 MB was kept in all (H200)
     assert rt.counts["captures"] == 4 and kept < 512 * 2**20, kept
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_rec_graph_never_holds_a_whole_batch_of_logits():
+    """A wide recognition batch's logits and probabilities (128 x 160 x 18,710, 0.77 GB each
+    in FP16) were made whole inside its graph, so its pool kept them (5.8 GiB for all
+    widths, H100 2026-12-06). Piecewise, a capture peaks more than 1 GiB lower."""
+    from ocrforge.config import RuntimeConfig
+    from ocrforge.models.native import build_native
+    from ocrforge.models.registry import resolve_models
+    from ocrforge.runtimes.torch import TorchRuntime
+    from ocrforge.stages.recognize import CTCHeadPost
+
+    m = resolve_models("ppocrv6-small")
+    rt = TorchRuntime(build_native(m.model_set, "rec", m.rec),
+                      RuntimeConfig(backend="torch", device="cuda", torch_precision="fp16",
+                                    cuda_graphs=True))
+    peaks = {}
+    for name, post in (("pieces", CTCHeadPost(5)), ("whole", CTCHeadPost(5, 10**9))):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        rt.warmup([(128, 3, 48, 1280)], post)
+        peaks[name] = torch.cuda.max_memory_allocated() - before
+    assert peaks["whole"] - peaks["pieces"] > 2**30, peaks
 
 
 @pytest.mark.gpu
@@ -659,6 +707,36 @@ def test_gpu_read_many_uses_gpu_scheduler(pages):
     assert out[2].error
     assert [len(p.lines) for p in out[:2]] == [4, 4]
     assert out[0].lines[0].text.startswith("Invoice")
+
+
+def test_orientation_network_frees_each_value_after_its_last_use(torch_cpu_engine, monkeypatch):
+    """The op-by-op replay of the page-orientation graph kept every intermediate alive until
+    the end (its CUDA-graph pool held 2.0 GiB on the H100, 2026-12-06); a value now lives
+    from the node that makes it to the last node that reads it."""
+    import weakref
+
+    from ocrforge.models import torch_graph
+
+    net = torch_cpu_engine.runner.page_orientation_runtime().net
+    made: list[weakref.ref] = []
+    most = [0]
+
+    def counting(fn):
+        def op(args, at):
+            most[0] = max(most[0], sum(r() is not None for r in made))
+            out = fn(args, at)
+            if torch.is_tensor(out):
+                made.append(weakref.ref(out))
+            return out
+        return op
+
+    for name, fn in list(torch_graph._OPS.items()):
+        monkeypatch.setitem(torch_graph._OPS, name, counting(fn))
+    x = torch.rand((2, 3, 224, 224), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        out = net(x)
+    assert out.shape == (2, 4) and len(made) > 50
+    assert most[0] <= 4, most[0]  # a residual branch and its input, at most
 
 
 def test_gpu_scheduler_turns_rotated_pages_like_the_runner(pages, torch_cpu_engine):

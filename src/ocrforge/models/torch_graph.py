@@ -57,6 +57,7 @@ class OnnxGraphModule(nn.Module):
         inits = set(self._consts)
         self._input = next(i.name for i in g.input if i.name not in inits)
         self._output = g.output[0].name
+        self._drop = _last_uses(self._nodes, inits | {self._output})
 
     def _value(self, env: dict[str, Any], name: str) -> Any:
         if name in env:
@@ -67,10 +68,26 @@ class OnnxGraphModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         env: dict[str, Any] = {self._input: x}
-        for op, ins, outs, at in self._nodes:
+        for (op, ins, outs, at), drop in zip(self._nodes, self._drop, strict=True):
             args = [self._value(env, n) if n else None for n in ins]
+            for n in drop:  # freed once read for the last time (a CUDA graph reuses it)
+                del env[n]
             env[outs[0]] = _OPS[op](args, at)
+            del args
         return env[self._output]
+
+
+def _last_uses(nodes: list[tuple], keep: set[str]) -> list[tuple[str, ...]]:
+    """Per node, the values (not in ``keep``) that no later node reads."""
+    last: dict[str, int] = {}
+    for k, (_op, ins, _outs, _at) in enumerate(nodes):
+        for n in ins:
+            if n and n not in keep:
+                last[n] = k
+    drop: list[list[str]] = [[] for _ in nodes]
+    for n, k in last.items():
+        drop[k].append(n)
+    return [tuple(d) for d in drop]
 
 
 def _scalar_or_tensor(v: Any, like: torch.Tensor) -> Any:

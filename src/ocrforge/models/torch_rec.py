@@ -103,12 +103,16 @@ class RecNet(nn.Module):
         self.neck = RecNeck()
         self.head = nn.Linear(120, num_classes)
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the head reads: (N, T, 120) per step."""
         x = self.stem(x)
         for stage in self.stages:
             x = stage(x)
         x = self.neck(self.pool(x))  # N x 120 x 1 x T
-        return self.head(x.squeeze(2).transpose(1, 2))
+        return x.squeeze(2).transpose(1, 2)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # in the logits' precision (accumulated in FP32): under FP16, half the bytes of an FP32

@@ -96,12 +96,15 @@ class _Float32Out(nn.Module):
 
 
 class _Then:
-    """The network, then ``post(output, input)``: one callable to run or capture."""
+    """The network, then ``post(output, input)``: one callable to run or capture. A post with
+    ``through(net, x)`` runs the (eager) network itself, to reduce its output piecewise."""
 
-    def __init__(self, fn: Any, post: Any):
-        self.fn, self.post = fn, post
+    def __init__(self, fn: Any, post: Any, net: nn.Module | None = None):
+        self.fn, self.post, self.net = fn, post, net
 
     def __call__(self, x: torch.Tensor) -> Any:
+        if self.net is not None and hasattr(self.post, "through"):
+            return self.post.through(self.net, x)
         return self.post(self.fn(x), x)
 
 
@@ -170,7 +173,8 @@ class TorchRuntime:
             dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
             self.fn = torch.compile(self.module, mode=None if mode == "default" else mode,
                                     dynamic=None if self.dynamic else False, fullgraph=True)
-        # what a post runs after: the network itself (compiled: the float32-out module)
+        # what a post runs after: the network itself (compiled: the float32-out module, and
+        # posts with ``through`` get no eager network to run piecewise)
         self._for_post = self.fn if self.compiled else self.net
         self.load_s = time.perf_counter() - t0
         self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
@@ -222,6 +226,9 @@ class TorchRuntime:
                     dynamo.mark_dynamic(x, d)
         return x
 
+    def _then(self, post: Any) -> _Then:
+        return _Then(self._for_post, post, None if self.compiled else self.net)
+
     @torch.inference_mode()
     def forward(self, x: torch.Tensor, post: Any = None) -> Any:
         """Device tensor in (any float dtype), float32 device tensor out. ``post(out, x)``, when
@@ -233,7 +240,7 @@ class TorchRuntime:
         it gets the network's output in the network's own precision (no float32 pass over a
         large FP16 output first) and types its result itself."""
         x = self._prepare(x)
-        fn = self.fn if post is None else _Then(self._for_post, post)
+        fn = self.fn if post is None else self._then(post)
         if not self.use_graphs:
             return fn(x)
         key = (tuple(x.shape), x.dtype, post)
@@ -314,7 +321,7 @@ class TorchRuntime:
         """Compile / capture the given input shapes (with ``post``, as forward) now, on this
         thread; returns seconds spent."""
         t0 = time.perf_counter()
-        fn = self.fn if post is None else _Then(self._for_post, post)
+        fn = self.fn if post is None else self._then(post)
         for shp in shapes:
             x = self._prepare(torch.zeros(shp, device=self.dev, dtype=self.dtype))
             key = (tuple(x.shape), x.dtype, post)

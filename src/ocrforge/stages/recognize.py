@@ -108,10 +108,16 @@ def ctc_head_torch(probs: Any) -> tuple[Any, Any]:
 class CTCHeadPost:
     """``ctc_head_torch`` as a runtime ``post`` (run inside recognition's CUDA graph, so the
     N x T x classes probabilities never outlive the graph): (indices, scores) per step, plus
-    the space class's probability per step when ``space_index`` is given (word spaces)."""
+    the space class's probability per step when ``space_index`` is given (word spaces).
 
-    def __init__(self, space_index: int | None = None):
+    On a network with ``features`` and ``head`` (RecNet) the runtime calls ``through``: the
+    head, softmax and top-1 run on ``steps_per_piece`` steps at a time, so the logits and
+    probabilities of a whole batch never exist at once (128 lines x 160 steps x 18,710
+    classes are 0.77 GB each in FP16, all inside the graph's memory pool)."""
+
+    def __init__(self, space_index: int | None = None, steps_per_piece: int = 2048):
         self.space_index = space_index
+        self.steps_per_piece = steps_per_piece
 
     def __call__(self, probs: Any, _x: Any) -> tuple:
         torch = _torch()
@@ -121,6 +127,19 @@ class CTCHeadPost:
         # a copy, not a view: a view would keep the whole probability tensor alive as the
         # graph's output (5.6 GB kept by three rec graphs on the H200, 2026-12-04)
         return idx, conf, probs[:, :, self.space_index].to(torch.float32, copy=True)
+
+    def through(self, net: Any, x: Any) -> tuple:
+        """The network on ``x``, reduced as ``__call__`` would, a few lines at a time."""
+        torch = _torch()
+        if not (hasattr(net, "features") and hasattr(net, "head")):
+            return self(net(x), x)
+        feats = net.features(x)
+        rows = max(1, self.steps_per_piece // max(1, feats.shape[1]))
+        parts = [self(torch.softmax(net.head(feats[i : i + rows]), dim=2), x)
+                 for i in range(0, feats.shape[0], rows)]
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(torch.cat(cols) for cols in zip(*parts, strict=True))
 
 
 def _torch() -> Any:
