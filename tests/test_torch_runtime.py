@@ -612,8 +612,9 @@ def test_gpu_rec_graphs_keep_no_class_probabilities():
 @cuda
 def test_gpu_rec_graph_never_holds_a_whole_batch_of_logits():
     """A wide recognition batch's logits and probabilities (128 x 160 x 18,710, 0.77 GB each
-    in FP16) were made whole inside its graph, so its pool kept them (5.8 GiB for all
-    widths, H100 2026-12-06). Piecewise, a run peaks more than 1 GiB lower."""
+    in FP16) were made whole, inside its graph, on top of the trunk's activations. Piecewise,
+    the trunk's own activations are the peak: 1.378 against 1.586 GB (H200, 2026-12-06);
+    the recognition graphs' pool went from 6,096 to 2,928 MiB on the real-page mix."""
     from ocrforge.config import RuntimeConfig
     from ocrforge.models.native import build_native
     from ocrforge.models.registry import resolve_models
@@ -635,7 +636,7 @@ def test_gpu_rec_graph_never_holds_a_whole_batch_of_logits():
         rt.forward(x, post)
         torch.cuda.synchronize()
         peaks[name] = torch.cuda.max_memory_allocated() - before
-    assert peaks["whole"] - peaks["pieces"] > 2**30, peaks
+    assert peaks["whole"] - peaks["pieces"] > 128 * 2**20, peaks
 
 
 @pytest.mark.gpu
