@@ -902,6 +902,58 @@ def test_crop_lines_torch_cuts_unscaled_lines_pixel_for_pixel(torch_cpu_engine, 
         assert not crop[:, :, tw:].any()
 
 
+def test_grey_line_crops_normalise_to_the_float_crops(torch_cpu_engine):
+    """Line crops held as grey levels (1 byte a pixel) and normalised per recognition batch
+    give the float crops to within the rounding of a grey level, zero right of each text."""
+    from ocrforge.stages.crop import crop_lines_torch, normalise_lines
+
+    rng = np.random.default_rng(11)
+    img = torch.from_numpy(rng.integers(0, 256, (3, 300, 900), dtype=np.uint8))
+    quads = np.stack([np.array([[10 + 7 * i, 20 + 25 * i], [300 + 40 * i, 24 + 25 * i],
+                                [300 + 40 * i, 50 + 25 * i], [10 + 7 * i, 47 + 25 * i]],
+                               np.float32) for i in range(8)])
+    rp = torch_cpu_engine.runner.rec_prep
+    want = crop_lines_torch(img, quads, rp, torch.float32)
+    grey = crop_lines_torch(img, quads, rp, torch.uint8)
+    assert {c.dtype for _, _, c, _, _ in grey} == {torch.uint8}
+    for (li, wb, c, row, tw), (li2, wb2, g, row2, tw2) in zip(want, grey, strict=True):
+        assert (li, wb, row, tw) == (li2, wb2, row2, tw2)
+        x = g[row2 : row2 + 1, :, :, :wb].float()
+        normalise_lines(x, torch.tensor([tw], dtype=torch.int32), rp)
+        np.testing.assert_allclose(x[0].numpy(), c[row, :, :, :wb].numpy(),
+                                   atol=0.5 * float(rp.scale) + 1e-6)
+        assert not x[0, :, :, tw:].any()
+
+
+def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engine, monkeypatch):
+    """With OCRFORGE_CROPS_GREY=1 the scheduler holds its line crops as grey levels: a quarter
+    of the bytes of float32 crops (half of FP16's on a GPU), the same lines read."""
+    from ocrforge.scheduling import gpu_loop
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    held: list[torch.Tensor] = []  # every crop tensor queued (the peak depends on timing)
+    real = gpu_loop.DriverLoop.hold_crop
+
+    def hold(self, crops: torch.Tensor) -> None:
+        held.append(crops)
+        real(self, crops)
+
+    monkeypatch.setattr(gpu_loop.DriverLoop, "hold_crop", hold)
+    runs = {}
+    for name, env in (("network", "0"), ("grey", "1")):
+        monkeypatch.setenv("OCRFORGE_CROPS_GREY", env)
+        held.clear()
+        sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+        got = list(sch.run(pages * 2))
+        nbytes = sum(t.nbytes for t in {id(t): t for t in held}.values())
+        runs[name] = (got, nbytes, {t.dtype for t in held})
+    assert runs["grey"][2] == {torch.uint8} and runs["network"][2] == {torch.float32}
+    assert runs["grey"][1] * 4 == runs["network"][1] > 0
+    for a, b in zip(runs["grey"][0], runs["network"][0], strict=True):
+        assert [ln.text for ln in a.lines] == [ln.text for ln in b.lines]
+        assert len(a.lines) == 4
+
+
 @pytest.mark.parametrize("kind", ["det", "rec"])
 def test_pointwise_convolutions_as_gemms_compute_the_same(kind):
     """The CUDA runtime folds depthwise biases into the 1x1 convolutions after them and runs 1x1

@@ -16,11 +16,10 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
                  plan each page's line cuts (sizes, width buckets, page maps: stages.crop.plan_crops)
     crop         the lines of a page in one grid_sample (two: narrow and wide lines; stages.crop.cut_planned),
                  each line padded to its width bucket (RecPreprocessor.bucket, as on the CPU)
-    recognize    batches of one width bucket (CUDA graph per bucket); the per-step argmax
-                 inside the same graph (recognize.CTCHeadPost: the N x T x classes
-                 probabilities never outlive the graph, which kept ~16 GiB alive across the
-                 captured buckets on the H200); only indices and scores come back;
-                 CTCDecoder.collapse on the CPU
+    recognize    batches of one width bucket (CUDA graph per bucket); head, softmax and
+                 per-step argmax inside the same graph, a few lines at a time
+                 (recognize.CTCHeadPost: the N x T x classes logits never exist whole);
+                 only indices and scores come back; CTCDecoder.collapse on the CPU
 
 The scheduler gets the runner and a decode function (never the ``OCR`` facade): it decides,
 the runner's stages execute. Every device operation is issued by one thread (the GPU driver
@@ -61,7 +60,7 @@ from ocrforge.scheduling.layout_workers import PendingLayout
 from ocrforge.scheduling.pinned_ring import PinnedRing
 from ocrforge.scheduling.threads import Reusable, Workers
 from ocrforge.stages import page_orientation as po
-from ocrforge.stages.crop import CropPlan, plan_crops
+from ocrforge.stages.crop import CropPlan, normalise_lines, plan_crops
 from ocrforge.stages.detect import DetInput, DetMapsPost
 from ocrforge.stages.recognize import CTCHeadPost
 
@@ -187,6 +186,11 @@ class GpuScheduler:
         # are part of the graph's key)
         self.det_post = DetMapsPost(self.thresh, runner.det_prep, bool(self.post_processes))
         self.rec_posts = {False: CTCHeadPost(), True: CTCHeadPost(runner.ctc.space_index)}
+        # line crops held in the network's dtype, normalised when cut; OCRFORGE_CROPS_GREY=1:
+        # as grey levels (1 byte a pixel; the host path rounds its crops too), normalised per
+        # recognition batch. Read the same on the CPU; not yet measured on a GPU (2026-12-06)
+        self.crop_dtype = (torch.uint8 if os.environ.get("OCRFORGE_CROPS_GREY") == "1"
+                           else self.rec.dtype)
         self.orient_shapes = sorted({min(8, g.orient_batch), g.orient_batch})
         self.capture_when_idle = g.capture_when_idle
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
@@ -414,11 +418,22 @@ class GpuScheduler:
         n = len(chunk)
         npad = self.rec_rows_for(n, wb)
         hs = self.runner.rec_prep.height
-        x = torch.empty((npad, 3, hs, wb), device=self.dev, dtype=self.rec.dtype,
-                        memory_format=self.input_format).zero_()
         self.stats.rec_mpx_run += npad * hs * wb / 1e6
         self.stats.rec_rows_run += npad
         self.stats.rec_mpx_used += sum(min(c[4], wb) for c in chunk) * hs / 1e6
+        x = self.rec_input(chunk, npad, wb)
+        out = self.rec.forward(x, self.rec_post(steps))  # CTCHeadPost, inside the graph
+        if len(out) == 3:
+            return (chunk, wb, *self.to_host(*(t[:n] for t in out)))
+        idx_h, conf_h, ev = self.to_host(out[0][:n], out[1][:n])
+        return chunk, wb, idx_h, conf_h, None, ev
+
+    def rec_input(self, chunk: list, npad: int, wb: int) -> torch.Tensor:
+        """The batch of ``chunk``'s crops (padded to ``npad`` rows of zeros) in the network's
+        dtype; grey-level crops are normalised and masked here, once per batch."""
+        n, hs = len(chunk), self.runner.rec_prep.height
+        x = torch.empty((npad, 3, hs, wb), device=self.dev, dtype=self.rec.dtype,
+                        memory_format=self.input_format).zero_()
         i = 0
         while i < n:  # one copy per run of consecutive rows of one page's crop tensor
             crops, r0 = chunk[i][2], chunk[i][3]
@@ -427,11 +442,11 @@ class GpuScheduler:
                 j += 1
             x[i:j] = crops[r0 : r0 + (j - i), :, :, :wb]
             i = j
-        out = self.rec.forward(x, self.rec_post(steps))  # CTCHeadPost, inside the graph
-        if len(out) == 3:
-            return (chunk, wb, *self.to_host(*(t[:n] for t in out)))
-        idx_h, conf_h, ev = self.to_host(out[0][:n], out[1][:n])
-        return chunk, wb, idx_h, conf_h, None, ev
+        if self.crop_dtype == torch.uint8:
+            widths = np.zeros(npad, np.int32)  # padding rows: all masked, zeros as before
+            widths[:n] = [c[4] for c in chunk]
+            normalise_lines(x, self.upload_small(widths), self.runner.rec_prep)
+        return x
 
     def rec_post(self, steps: bool) -> CTCHeadPost:
         """Per-step argmax and score (and the space class's probability when words need it)."""

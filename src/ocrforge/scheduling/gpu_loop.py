@@ -267,7 +267,7 @@ class DriverLoop:
             return True
         t0 = time.perf_counter()
         try:
-            cut = cut_planned(p.img, p.plan, self.runner.rec_prep, self.sch.rec.dtype,
+            cut = cut_planned(p.img, p.plan, self.runner.rec_prep, self.sch.crop_dtype,
                               upload=self.sch.upload_small)  # a list: all cut, or none queued
         except torch.OutOfMemoryError:
             if not self.crop_bytes:  # nothing held that recognition would free

@@ -79,7 +79,8 @@ def crop_lines_torch(img: Any, quads: np.ndarray, rec: Any, dtype: Any, mode: st
     ``img`` is the page as a 3 x H x W uint8 tensor. Returns, per line, (line index, bucket
     width, crops, row, text width): ``crops[row]`` is the line as a 3 x 48 x W tensor of
     normalised pixels (zero right of its text width, in network pixels), W at least the bucket
-    width. Lines go out in one grid_sample per group (plan_crops)."""
+    width; with ``dtype`` uint8, of grey levels rounded as the host path's, nothing masked
+    (``normalise_lines`` does both). Lines go out in one grid_sample per group (plan_crops)."""
     plan = plan_crops(quads, rec, int(img.shape[2]), int(img.shape[1]), split)
     return cut_planned(img, plan, rec, dtype, mode)
 
@@ -136,6 +137,9 @@ def _sample_lines(src: Any, coef: Any, wmax: int, rec: Any, dtype: Any, mode: st
                           padding_mode="border", align_corners=False)[0]
     if mode == "bicubic":
         crops.clamp_(0.0, 255.0)
+    if dtype == torch.uint8:  # grey levels, as the host path's crops: normalised and masked later
+        crops = crops.round_().view(3, k, hs, wmax).transpose(0, 1)
+        return crops.to(dtype=dtype, memory_format=torch.contiguous_format)
     crops.mul_(float(rec.scale)).add_(float(rec.offset))
     crops = crops.view(3, k, hs, wmax).transpose(0, 1)
     u = torch.arange(wmax, device=src.device, dtype=torch.float64).view(1, 1, 1, wmax)
@@ -207,3 +211,16 @@ def perspective_batch(w: np.ndarray, h: np.ndarray, quads: np.ndarray) -> np.nda
         return np.stack([cv2.getPerspectiveTransform(src[i].astype(np.float32),
                                                      dst[i].astype(np.float32)) for i in range(k)])
     return np.concatenate([sol, np.ones((k, 1))], axis=1).reshape(k, 3, 3)
+
+
+def normalise_lines(x: Any, widths: Any, rec: Any) -> None:
+    """In place: ``x`` (N x 3 x 48 x W, grey levels in a float dtype) to normalised pixels,
+    zero right of each row's text width (``widths``, N integers on the device), as the crops
+    of ``cut_planned`` in a float dtype are."""
+    import torch
+
+    # (g - 127.5) is exact in FP16 and BF16, so the product is the one rounding, as when
+    # crops are normalised in float32 and converted
+    x.add_(float(rec.offset) / float(rec.scale)).mul_(float(rec.scale))
+    u = torch.arange(x.shape[3], device=x.device, dtype=widths.dtype).view(1, 1, 1, -1)
+    x.masked_fill_(u >= widths.view(-1, 1, 1, 1), 0.0)
