@@ -24,6 +24,6 @@ for name, env in (("grey", "1"), ("network", "0")):
     out[name]["texts"] = [[ln.text for ln in p.lines] for p in pages]
     print(name, out[name]["cer"], out[name]["cer_aligned"], out[name]["det_f1"], time.time() - t0, flush=True)
     eng.close()
-diff = sum(a != b for pa, pb in zip(out["grey"]["texts"], out["network"]["texts"]) for a, b in zip(pa, pb))
+diff = sum(a != b for pa, pb in zip(out["grey"]["texts"], out["network"]["texts"], strict=True) for a, b in zip(pa, pb, strict=False))
 nl = sum(len(p) for p in out["grey"]["texts"])
 print("lines differing", diff, "of", nl, flush=True)
