@@ -448,6 +448,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-infl256": {"gpu.max_inflight": 256},
     # line crops held for recognition bounded (gpu.max_crop_megabytes): peak memory against rate
     "-crop256": {"gpu.max_crop_megabytes": 256.0}, "-crop1024": {"gpu.max_crop_megabytes": 1024.0},
+    # recognition batches of 64 lines (x 1280 px) instead of 128: the rec graphs' pool
+    "-rec64": {"rec.batch_size": 64},
     # line crops held as grey levels (1 byte a pixel), normalised per recognition batch
     "-cropgrey": {"_env": {"OCRFORGE_CROPS_GREY": "1"}},
     # capture warm-ups on each runtime's capture stream (the default before 2026-12-06)
