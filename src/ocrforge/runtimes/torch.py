@@ -32,6 +32,7 @@ import os
 import threading
 import time
 from collections import Counter, OrderedDict
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -96,15 +97,12 @@ class _Float32Out(nn.Module):
 
 
 class _Then:
-    """The network, then ``post(output, input)``: one callable to run or capture. A post with
-    ``through(net, x)`` runs the (eager) network itself, to reduce its output piecewise."""
+    """The network, then ``post(output, input)``: one callable to run or capture."""
 
-    def __init__(self, fn: Any, post: Any, net: nn.Module | None = None):
-        self.fn, self.post, self.net = fn, post, net
+    def __init__(self, fn: Any, post: Any):
+        self.fn, self.post = fn, post
 
     def __call__(self, x: torch.Tensor) -> Any:
-        if self.net is not None and hasattr(self.post, "through"):
-            return self.post.through(self.net, x)
         return self.post(self.fn(x), x)
 
 
@@ -226,8 +224,12 @@ class TorchRuntime:
                     dynamo.mark_dynamic(x, d)
         return x
 
-    def _then(self, post: Any) -> _Then:
-        return _Then(self._for_post, post, None if self.compiled else self.net)
+    def _then(self, post: Any) -> Any:
+        """The callable that runs the network and ``post``: a post with ``through(net, x)``
+        runs the (eager) network itself, to reduce its output piecewise."""
+        if hasattr(post, "through") and not self.compiled:
+            return partial(post.through, self.net)
+        return _Then(self._for_post, post)
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor, post: Any = None) -> Any:
