@@ -452,6 +452,11 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-rec64": {"rec.batch_size": 64},
     # line crops held as grey levels (1 byte a pixel), normalised per recognition batch
     "-cropgrey": {"_env": {"OCRFORGE_CROPS_GREY": "1"}},
+    # the memory levers together: grey crops, rec batches of 64, a crop budget of 256 MiB
+    "-lowmem": {"rec.batch_size": 64, "gpu.max_crop_megabytes": 256.0,
+                "_env": {"OCRFORGE_CROPS_GREY": "1"}},
+    "-greyrec64": {"rec.batch_size": 64, "_env": {"OCRFORGE_CROPS_GREY": "1"}},
+    "-infl64": {"gpu.max_inflight": 64},
     # capture warm-ups on each runtime's capture stream (the default before 2026-12-06)
     "-warmcapture": {"_env": {"OCRFORGE_CAPTURE_WARM_STREAM": "capture"}},
     # how long a partial detection / recognition batch may wait (gpu.max_wait_ms); "nowait":

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -92,7 +93,15 @@ def test_gpu_scheduler_code_matches_onnxruntime_twice(ort_engine, generated):
                                       rec_batch_size=32))
     sched = eng.gpu_scheduler()
     for run in range(2):  # a second run of the same scheduler reads the same
+        sched.stats.__init__()
+        t0 = time.perf_counter()
         got = list(sched.run(imgs))
+        wall = time.perf_counter() - t0
+        # every page's time in flight is split into phases, each within the run's wall time
+        phases = sched.stats.inflight_phase_s
+        assert all(0.0 <= v <= wall * len(imgs) for v in phases.values()), (phases, wall)
+        assert phases["boxes"] > 0 and phases["rec"] > 0, phases
+        assert sum(phases.values()) / len(imgs) <= wall, (phases, wall)
         counts, got_cer = _summary(got, generated)
         assert counts == ref_counts, f"run {run}: line counts differ"
         assert abs(got_cer - ref_cer) <= 0.002, (run, got_cer, ref_cer)

@@ -98,6 +98,11 @@ class GpuPage:
     pending: int = 0
     whole: bool = False  # quads[-1] is the whole image (crop-like input)
     since: float = 0.0  # when it joined its detection bucket's queue (perf_counter)
+    # when the driver took it in, launched its detection, and cut its lines (perf_counter):
+    # where a page spends its time in flight (SchedulerStats.inflight_phase_s)
+    t_in: float = 0.0
+    t_det: float = 0.0
+    t_cut: float = 0.0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     plan: CropPlan | None = None  # its lines' crops, planned on the host (plan_lines)
@@ -131,6 +136,12 @@ class SchedulerStats:
     idle_capture_s: float = 0.0
     inflight_full_s: float = 0.0  # driver time with gpu.max_inflight pages in hand
     crop_peak_mb: float = 0.0  # most line-crop memory held at once (gpu.max_crop_megabytes)
+    # seconds pages spent in each phase while in flight, summed over the emitted pages: taken
+    # in -> placed for detection (decode, orientation), -> detection launched (bucket wait),
+    # -> lines cut (detection, contours), -> emitted (recognition queues and batches). Divided
+    # by the pages, the mean time in flight (what fills gpu.max_inflight)
+    inflight_phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("orient", "det_wait", "boxes", "rec"), 0.0))
     # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
     # and lines needed (detector input, text width x 48): the device work padding costs
     det_mpx_run: float = 0.0

@@ -110,6 +110,7 @@ class DriverLoop:
     def emit(self, p: GpuPage) -> None:
         self.live -= 1
         p.img = None
+        self.note_phases(p)
         if p.error is not None:
             self.out_q.put((p.seq, Page([], 0, 0, source=p.source, page_index=p.index,
                                         error=p.error)))
@@ -124,6 +125,16 @@ class DriverLoop:
             self.out_q.put((p.seq, self.sch.layout_pool.submit(page, steps)))
         else:
             self.out_q.put((p.seq, self.runner.lay_out(page, None, steps)))
+
+    def note_phases(self, p: GpuPage) -> None:
+        """Add the page's time in each phase (a phase it skipped counts as zero)."""
+        now = time.perf_counter()
+        marks = [p.t_in, p.since, p.t_det, p.t_cut, now]
+        for i in range(1, 5):  # a mark not reached takes the one before it
+            marks[i] = marks[i] or marks[i - 1]
+        ph = self.stats.inflight_phase_s
+        for k, name in enumerate(("orient", "det_wait", "boxes", "rec")):
+            ph[name] += marks[k + 1] - marks[k]
 
     # ------------------------------------------------------------------ steps
     def take(self) -> bool:
@@ -140,6 +151,7 @@ class DriverLoop:
             if isinstance(got, BaseException):
                 raise got
             self.live += 1
+            got.t_in = time.perf_counter()
             taken.append(got)
         if taken:
             self.admit(taken)
@@ -228,6 +240,8 @@ class DriverLoop:
                 chunk, g = g[:nb], g[nb:]
                 self.n_waiting -= len(chunk)
                 t0 = time.perf_counter()
+                for p in chunk:
+                    p.t_det = t0
                 res = self.sch.with_oom_retry("det", lambda c, b=b: (c, *self.sch.run_det(c, *b)), chunk)
                 for c, prob, bm, ev in res:
                     self.post.append(self.pool.submit(self.sch.post, c, prob, bm, ev))
@@ -277,7 +291,7 @@ class DriverLoop:
             return False
         p.texts = [None] * len(p.quads)
         p.pending = len(p.quads)
-        now = time.perf_counter()
+        now = p.t_cut = time.perf_counter()
         for li, wb, crops, row, tw in cut:
             self.rec_q.setdefault(wb, []).append((p, li, crops, row, tw))
             self.rec_t.setdefault(wb, []).append(now)
