@@ -926,8 +926,8 @@ def test_grey_line_crops_normalise_to_the_float_crops(torch_cpu_engine):
 
 
 def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engine, monkeypatch):
-    """With OCRFORGE_CROPS_GREY=1 the scheduler holds its line crops as grey levels: a quarter
-    of the bytes of float32 crops (half of FP16's on a GPU), the same lines read."""
+    """By default the scheduler holds its line crops as grey levels: a quarter of the bytes of
+    float32 crops (OCRFORGE_CROPS_GREY=0; half of FP16's on a GPU), the same lines read."""
     from ocrforge.scheduling import gpu_loop
     from ocrforge.scheduling.gpu import GpuScheduler
 
@@ -940,8 +940,11 @@ def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engi
 
     monkeypatch.setattr(gpu_loop.DriverLoop, "hold_crop", hold)
     runs = {}
-    for name, env in (("network", "0"), ("grey", "1")):
-        monkeypatch.setenv("OCRFORGE_CROPS_GREY", env)
+    for name, env in (("network", "0"), ("grey", None)):
+        if env is None:
+            monkeypatch.delenv("OCRFORGE_CROPS_GREY", raising=False)
+        else:
+            monkeypatch.setenv("OCRFORGE_CROPS_GREY", env)
         held.clear()
         sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
         got = list(sch.run(pages * 2))
