@@ -450,6 +450,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-crop256": {"gpu.max_crop_megabytes": 256.0}, "-crop1024": {"gpu.max_crop_megabytes": 1024.0},
     # recognition batches of 64 lines (x 1280 px) instead of 128: the rec graphs' pool
     "-rec64": {"rec.batch_size": 64},
+    # 128 lines up to 640 px wide, fewer beyond (64 at 1280 px): rec64's widest calls only
+    "-recpx64": {"rec.batch_pixels": 64 * 1280},
     # line crops held as grey levels (1 byte a pixel), normalised per recognition batch (the
     # default since 2026-12-07); "cropfloat": in the network's dtype, as before
     "-cropgrey": {"_env": {"OCRFORGE_CROPS_GREY": "1"}},

@@ -957,6 +957,20 @@ def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engi
         assert len(a.lines) == 4
 
 
+def test_rec_batch_pixels_bound_only_the_gpu_schedulers_wide_calls(torch_cpu_engine):
+    """rec.batch_pixels caps lines x width per recognition call: narrow buckets keep the full
+    batch, wide ones get fewer rows; unset, the cap is the batch size at 1280 px."""
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    cfg = torch_cpu_engine.config.with_(rec_batch_size=128)
+    runner = OCR(cfg).runner
+    default = GpuScheduler(runner, torch_cpu_engine.decode)
+    assert [default.rec_batch_for(w) for w in (320, 1280, 2560)] == [128, 128, 64]
+    capped = GpuScheduler(OCR(cfg.with_(**{"rec.batch_pixels": 64 * 1280})).runner,
+                          torch_cpu_engine.decode)
+    assert [capped.rec_batch_for(w) for w in (320, 640, 768, 1280, 2560)] == [128, 128, 106, 64, 32]
+
+
 @pytest.mark.parametrize("kind", ["det", "rec"])
 def test_pointwise_convolutions_as_gemms_compute_the_same(kind):
     """The CUDA runtime folds depthwise biases into the 1x1 convolutions after them and runs 1x1

@@ -88,8 +88,9 @@ class ClsConfig(_Section):
 class RecConfig(_Section):
     precision: Precision = "fp32"
     batch_size: int | None = Field(None, ge=1)  # lines per call; None: 16 on CPU, 128 on GPU
-    # CPU: at most this many line pixels (lines x bucket width) per call, so a page of very
-    # wide lines does not run 16 x 3200 at once (1.7 GB of activations); None: 16 x 640
+    # at most this many line pixels (lines x bucket width) per call, so a page of very wide
+    # lines does not run 16 x 3200 at once (1.7 GB of activations); None: 16 x 640 on the CPU,
+    # the batch size x 1280 in the GPU scheduler (its widest calls size recognition's graph pool)
     batch_pixels: int | None = Field(None, ge=32)
     max_width: int = Field(3200, ge=32)  # lines wider than this (at height 48) are squeezed
     width_step: int = Field(32, ge=1)  # each line is padded to a multiple of this width ...

@@ -172,6 +172,9 @@ class GpuScheduler:
         self.drivers = Reusable("ocrforge-gpu-driver")
         self.det_batch = cfg.det_batch()
         self.rec_batch = cfg.rec_batch()
+        # line pixels per recognition call (rows x bucket width): rec.batch_pixels, else the
+        # batch size at 1280 px. The widest calls' activations size recognition's graph pool
+        self.rec_pixels = cfg.rec.batch_pixels or self.rec_batch * 1280
         self.rec_pow2_rows = g.rec_pow2_rows
         self.det_pixels = int(g.det_batch_megapixels * 1024 * 1024)
         self.limit = det_limit or cfg.det.limit_side
@@ -260,9 +263,9 @@ class GpuScheduler:
         return sorted({self.rec_rows_for(n, width) for n in range(small, full + 1)})
 
     def rec_batch_for(self, width: int) -> int:
-        """Lines per recognition call at this width bucket: the rec batch size up to 1280 px
-        wide, fewer for wider buckets (same pixels per call: bounded memory and capture time)."""
-        return max(self.rec_small(), min(self.rec_batch, self.rec_batch * 1280 // max(width, 1)))
+        """Lines per recognition call at this width bucket: the rec batch size while it stays
+        within ``rec_pixels``, fewer for wider buckets (bounded memory and capture time)."""
+        return max(self.rec_small(), min(self.rec_batch, self.rec_pixels // max(width, 1)))
 
     def orient_runtime(self) -> Any:
         """The page orientation network on this device (None: feature off or file missing)."""
