@@ -452,14 +452,10 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-rec64": {"rec.batch_size": 64},
     # 128 lines up to 640 px wide, fewer beyond (64 at 1280 px): rec64's widest calls only
     "-recpx64": {"rec.batch_pixels": 64 * 1280},
-    # line crops held as grey levels (1 byte a pixel), normalised per recognition batch (the
-    # default since 2026-12-07); "cropfloat": in the network's dtype, as before
-    "-cropgrey": {"_env": {"OCRFORGE_CROPS_GREY": "1"}},
-    "-cropfloat": {"_env": {"OCRFORGE_CROPS_GREY": "0"}},
-    # the memory levers together: grey crops, rec batches of 64, a crop budget of 256 MiB
-    "-lowmem": {"rec.batch_size": 64, "gpu.max_crop_megabytes": 256.0,
-                "_env": {"OCRFORGE_CROPS_GREY": "1"}},
-    "-greyrec64": {"rec.batch_size": 64, "_env": {"OCRFORGE_CROPS_GREY": "1"}},
+    # line crops in the network's dtype (as before 2026-12-06), not as grey levels (gpu.grey_crops)
+    "-cropfloat": {"gpu.grey_crops": False},
+    # the memory levers together: rec batches of 64, a crop budget of 256 MiB (grey crops)
+    "-lowmem": {"rec.batch_size": 64, "gpu.max_crop_megabytes": 256.0},
     "-infl64": {"gpu.max_inflight": 64},
     # capture warm-ups on each runtime's capture stream (the default before 2026-12-06)
     "-warmcapture": {"_env": {"OCRFORGE_CAPTURE_WARM_STREAM": "capture"}},

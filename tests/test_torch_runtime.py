@@ -926,8 +926,8 @@ def test_grey_line_crops_normalise_to_the_float_crops(torch_cpu_engine):
 
 
 def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engine, monkeypatch):
-    """By default the scheduler holds its line crops as grey levels: a quarter of the bytes of
-    float32 crops (OCRFORGE_CROPS_GREY=0; half of FP16's on a GPU), the same lines read."""
+    """With gpu.grey_crops (the default) the scheduler holds its line crops as grey levels: a
+    quarter of the bytes of float32 crops (half of FP16's on a GPU), the same lines read."""
     from ocrforge.scheduling import gpu_loop
     from ocrforge.scheduling.gpu import GpuScheduler
 
@@ -940,13 +940,10 @@ def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engi
 
     monkeypatch.setattr(gpu_loop.DriverLoop, "hold_crop", hold)
     runs = {}
-    for name, env in (("network", "0"), ("grey", None)):
-        if env is None:
-            monkeypatch.delenv("OCRFORGE_CROPS_GREY", raising=False)
-        else:
-            monkeypatch.setenv("OCRFORGE_CROPS_GREY", env)
+    for name, grey in (("network", False), ("grey", True)):
         held.clear()
-        sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+        cfg = torch_cpu_engine.config.with_(**{"gpu.grey_crops": grey})
+        sch = GpuScheduler(OCR(cfg).runner, torch_cpu_engine.decode)
         got = list(sch.run(pages * 2))
         nbytes = sum(t.nbytes for t in {id(t): t for t in held}.values())
         runs[name] = (got, nbytes, {t.dtype for t in held})

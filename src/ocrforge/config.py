@@ -208,6 +208,9 @@ class GpuConfig(_Section):
     # crops held stay under it (one page's always). Trades speed for peak GPU memory; crops
     # were the largest live item at the peak (H200, 2026-12-04)
     max_crop_megabytes: float | None = Field(None, gt=0)
+    # line crops held as grey levels (1 byte a pixel, as the host path's crops) and normalised
+    # per recognition batch; False: in the network's dtype (FP16: 2 bytes), normalised when cut
+    grey_crops: bool = True
     # a partial batch (pages of one detection bucket, lines of one recognition width) is
     # launched once its oldest item has waited this long, besides whenever nothing else will
     # fill it: bounds how long a page with a line of a rare width waits (a served request

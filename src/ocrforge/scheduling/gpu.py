@@ -200,13 +200,10 @@ class GpuScheduler:
         # are part of the graph's key)
         self.det_post = DetMapsPost(self.thresh, runner.det_prep, bool(self.post_processes))
         self.rec_posts = {False: CTCHeadPost(), True: CTCHeadPost(runner.ctc.space_index)}
-        # line crops held as grey levels (1 byte a pixel; the host path rounds its crops too)
-        # and normalised per recognition batch: the crops waiting for recognition were the
-        # largest live item on the driver's stream; as grey levels it reserved 3,752 against
-        # 4,878 MiB, same dev-set reading (H100, 2026-12-06, docs/BENCHMARKS.md).
-        # OCRFORGE_CROPS_GREY=0: in the network's dtype, normalised when cut (as before)
-        self.crop_dtype = (self.rec.dtype if os.environ.get("OCRFORGE_CROPS_GREY") == "0"
-                           else torch.uint8)
+        # gpu.grey_crops: the crops waiting for recognition were the largest live item on the
+        # driver's stream; as grey levels it reserved 3,752 against 4,878 MiB, same dev-set
+        # reading (H100, 2026-12-06, docs/BENCHMARKS.md)
+        self.crop_dtype = torch.uint8 if g.grey_crops else self.rec.dtype
         self.orient_shapes = sorted({min(8, g.orient_batch), g.orient_batch})
         self.capture_when_idle = g.capture_when_idle
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
