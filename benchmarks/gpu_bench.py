@@ -468,6 +468,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-pow2": {"gpu.rec_pow2_rows": True},  # recognition batches in power-of-two row shapes
     "-lesspad": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True},  # both of the above
     "-noidle": {"gpu.launch_when_idle": False},  # partial batches not launched on an idle GPU
+    # nvJPEG pages join the driver's work once decoded, not with the driver's stream waiting
+    "-admitready": {"gpu.admit_when_decoded": True},
     "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread
     "-bgcap": {"runtime.capture_in_background": True},  # captures by a worker thread
     # a shape captured after 8 / 32 eager uses instead of 1 (rare shapes stay eager)

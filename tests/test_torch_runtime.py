@@ -954,6 +954,45 @@ def test_gpu_scheduler_holds_grey_crops_and_reads_the_same(pages, torch_cpu_engi
         assert len(a.lines) == 4
 
 
+def test_driver_admits_device_decoded_pages_only_once_decoded(pages, torch_cpu_engine, monkeypatch):
+    """gpu.admit_when_decoded: a page whose device decode is still running waits outside the
+    driver's work (its stream would otherwise wait for the decode stream) and is admitted once
+    its event reports done; every page is still read, the same as without."""
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    class LateEvent:  # a decode that finishes after a few polls
+        def __init__(self, polls: int):
+            self.polls = polls
+
+        def query(self) -> bool:
+            self.polls -= 1
+            return self.polls < 0
+
+    cfg = torch_cpu_engine.config.with_(**{"gpu.admit_when_decoded": True})
+    sch = GpuScheduler(OCR(cfg).runner, torch_cpu_engine.decode)
+    real_decode = sch.decode_item
+
+    def decode_on_device(item):
+        out = real_decode(item)
+        for p in out:
+            p.ready = LateEvent(3)
+        return out
+
+    admitted: list[int] = []
+
+    def receive(p):
+        admitted.append(p.ready.polls)
+        p.ready = None
+        sch.upload(p)
+
+    monkeypatch.setattr(sch, "decode_item", decode_on_device)
+    monkeypatch.setattr(sch, "receive", receive)
+    got = list(sch.run(pages * 2))
+    assert len(admitted) == len(pages) * 2 and all(n < 0 for n in admitted), admitted
+    ref = list(GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode).run(pages * 2))
+    assert [p.text for p in got] == [p.text for p in ref]
+
+
 def test_rec_batch_pixels_bound_only_the_gpu_schedulers_wide_calls(torch_cpu_engine):
     """rec.batch_pixels caps lines x width per recognition call: narrow buckets keep the full
     batch, wide ones get fewer rows; unset, the cap is the batch size at 1280 px."""

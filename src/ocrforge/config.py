@@ -221,6 +221,10 @@ class GpuConfig(_Section):
     # before (continuous batching): a served page then never waits for others to fill its
     # batch while the GPU idles; under full load the GPU is never idle and batches stay full
     launch_when_idle: bool = True
+    # a page decoded by nvJPEG in a decoder thread joins the driver's work only once its decode
+    # has finished on the GPU, instead of at once with the driver's stream waiting for the
+    # decode stream (which holds up every kernel queued after it); not yet measured
+    admit_when_decoded: bool = False
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts
     warmup: Literal["lazy", "all"] | bool = "lazy"

@@ -63,6 +63,11 @@ class DriverLoop:
         self.crop_bytes = 0  # line crops held for recognition (crop_room)
         self.crop_rows: dict[int, list] = {}  # id(crops) -> [rows not yet read, bytes]
         self.orient = sch.orient_runtime() is not None
+        # pages taken in whose device decode (a decoder thread's nvJPEG call) has not finished
+        # yet (gpu.admit_when_decoded): admitted once it has, so the driver's stream never
+        # waits for the decode stream
+        self.decoding: deque[GpuPage] = deque()
+        self.admit_when_decoded = sch.admit_when_decoded
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -94,7 +99,7 @@ class DriverLoop:
     # ------------------------------------------------------------------ state
     def busy(self) -> bool:
         return bool(self.post or self.rec_out or self.orienting or self.n_waiting
-                    or any(self.rec_q.values()))
+                    or self.decoding or any(self.rec_q.values()))
 
     def gpu_idle(self) -> bool:
         """Everything launched has finished on the device (never on the CPU: no events)."""
@@ -102,7 +107,7 @@ class DriverLoop:
 
     def finished(self) -> bool:
         if not self.inputs_done or self.post or self.n_waiting or self.orienting \
-                or any(self.rec_q.values()):
+                or self.decoding or any(self.rec_q.values()):
             return False
         self.drain_rec(block=True)
         return not self.rec_out
@@ -138,7 +143,7 @@ class DriverLoop:
 
     # ------------------------------------------------------------------ steps
     def take(self) -> bool:
-        taken: list[GpuPage] = []
+        taken: list[GpuPage] = self.decoded()
         busy = self.busy()
         while not self.inputs_done and self.live < self.sch.max_inflight:
             try:
@@ -152,11 +157,22 @@ class DriverLoop:
                 raise got
             self.live += 1
             got.t_in = time.perf_counter()
+            if self.admit_when_decoded and got.ready is not None and (
+                    self.decoding or not got.ready.query()):
+                self.decoding.append(got)  # in arrival order
+                continue
             taken.append(got)
         if taken:
             self.admit(taken)
         self.note_full()
         return bool(taken)
+
+    def decoded(self) -> list[GpuPage]:
+        """The pages at the head of ``decoding`` whose device decode has finished."""
+        out = []
+        while self.decoding and self.decoding[0].ready.query():
+            out.append(self.decoding.popleft())
+        return out
 
     def note_full(self) -> None:
         """Time from a take() that left ``gpu.max_inflight`` pages in hand (the window full,
