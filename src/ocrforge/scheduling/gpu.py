@@ -98,10 +98,11 @@ class GpuPage:
     pending: int = 0
     whole: bool = False  # quads[-1] is the whole image (crop-like input)
     since: float = 0.0  # when it joined its detection bucket's queue (perf_counter)
-    # when the driver took it in, launched its detection, and cut its lines (perf_counter):
-    # where a page spends its time in flight (SchedulerStats.inflight_phase_s)
+    # when the driver took it in, launched its detection, a contour worker had its maps, and
+    # the driver cut its lines (perf_counter): SchedulerStats.inflight_phase_s
     t_in: float = 0.0
     t_det: float = 0.0
+    t_det_done: float = 0.0
     t_cut: float = 0.0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -138,10 +139,11 @@ class SchedulerStats:
     crop_peak_mb: float = 0.0  # most line-crop memory held at once (gpu.max_crop_megabytes)
     # seconds pages spent in each phase while in flight, summed over the emitted pages: taken
     # in -> placed for detection (decode, orientation), -> detection launched (bucket wait),
-    # -> lines cut (detection, contours), -> emitted (recognition queues and batches). Divided
-    # by the pages, the mean time in flight (what fills gpu.max_inflight)
+    # -> its maps on the host (detection, behind the work queued before it), -> lines cut
+    # (contours, then the driver's turn), -> emitted (recognition queues and batches).
+    # Divided by the pages, the mean time in flight (what fills gpu.max_inflight)
     inflight_phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("orient", "det_wait", "boxes", "rec"), 0.0))
+        ("orient", "det_wait", "det", "contours", "rec"), 0.0))
     # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
     # and lines needed (detector input, text width x 48): the device work padding costs
     det_mpx_run: float = 0.0
@@ -487,6 +489,9 @@ class GpuScheduler:
         t0 = time.perf_counter()
         if ev is not None:
             ev.synchronize()
+        done = time.perf_counter()
+        for p in pages:
+            p.t_det_done = done
         pn = prob.numpy()
         bn = bitmap.numpy()
         if self._dbpool is not None:

@@ -134,11 +134,11 @@ class DriverLoop:
     def note_phases(self, p: GpuPage) -> None:
         """Add the page's time in each phase (a phase it skipped counts as zero)."""
         now = time.perf_counter()
-        marks = [p.t_in, p.since, p.t_det, p.t_cut, now]
-        for i in range(1, 5):  # a mark not reached takes the one before it
+        marks = [p.t_in, p.since, p.t_det, p.t_det_done, p.t_cut, now]
+        for i in range(1, len(marks)):  # a mark not reached takes the one before it
             marks[i] = marks[i] or marks[i - 1]
         ph = self.stats.inflight_phase_s
-        for k, name in enumerate(("orient", "det_wait", "boxes", "rec")):
+        for k, name in enumerate(ph):
             ph[name] += marks[k + 1] - marks[k]
 
     # ------------------------------------------------------------------ steps
