@@ -18,6 +18,7 @@
 #        SERVE_PAUSE_S: seconds without requests before each concurrency level (idle-time work)
 set -uo pipefail
 out=${1:?output folder}
+mkdir -p "$out"  # the logs below are tee'd into it (a missing folder lost a call's test log)
 sections=${2:-e2e}
 configs=${3:-def,bf16g,fp32g}
 [ -d .models ] || tar xJf .carry/models.tar.xz || exit 1
