@@ -584,7 +584,8 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"{row['dev_cer'] or -1:.4f} (aligned {row['dev_cer_aligned'] or -1:.4f}) det F1 "
         f"{row['dev_det_f1'] or -1:.4f} reserved {row['reserved_GiB']:.2f} GiB\n    reserved by "
         f"stream (MiB) {row.get('reserved_by_stream')}\n    GIL wait pass 2 {row['second_pass']['gil_wait']} pass 3 "
-        f"{row['gil_wait']}\n    stats {row['stats']}\n    graph calls "
+        f"{row['gil_wait']}\n    in flight, mean ms a page {inflight_ms(row['stats'])}\n"
+        f"    stats {row['stats']}\n    graph calls "
         f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
         f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
     eng.close()
@@ -594,6 +595,13 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     if alloc and cuda:
         torch.cuda.empty_cache()
         torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
+
+
+def inflight_ms(stats: dict) -> dict:
+    """SchedulerStats.inflight_phase_s as mean milliseconds a page, with their sum."""
+    n = max(1, stats.get("pages", 0))
+    ph = {k: round(v / n * 1e3, 1) for k, v in stats.get("inflight_phase_s", {}).items()}
+    return {**ph, "total": round(sum(ph.values()), 1)}
 
 
 def shape_uses(gp) -> dict:
