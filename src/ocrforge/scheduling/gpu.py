@@ -448,8 +448,11 @@ class GpuScheduler:
         """The batch of ``chunk``'s crops (padded to ``npad`` rows of zeros) in the network's
         dtype; grey-level crops are normalised and masked here, once per batch."""
         n, hs = len(chunk), self.runner.rec_prep.height
+        grey = self.crop_dtype == torch.uint8
         x = torch.empty((npad, 3, hs, wb), device=self.dev, dtype=self.rec.dtype,
-                        memory_format=self.input_format).zero_()
+                        memory_format=self.input_format)
+        if not grey:  # grey crops: normalise_lines masks the padding rows whole (width 0)
+            x.zero_()
         i = 0
         while i < n:  # one copy per run of consecutive rows of one page's crop tensor
             crops, r0 = chunk[i][2], chunk[i][3]
@@ -458,7 +461,7 @@ class GpuScheduler:
                 j += 1
             x[i:j] = crops[r0 : r0 + (j - i), :, :, :wb]
             i = j
-        if self.crop_dtype == torch.uint8:
+        if grey:
             widths = np.zeros(npad, np.int32)  # padding rows: all masked, zeros as before
             widths[:n] = [c[4] for c in chunk]
             normalise_lines(x, self.upload_small(widths), self.runner.rec_prep)
