@@ -470,6 +470,10 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-noidle": {"gpu.launch_when_idle": False},  # partial batches not launched on an idle GPU
     # nvJPEG pages join the driver's work once decoded, not with the driver's stream waiting
     "-admitready": {"gpu.admit_when_decoded": True},
+    # uploads and page orientation on a high-priority stream of their own
+    "-admitstream": {"gpu.admit_stream": True},
+    # contour jobs taken oldest first only, as before 2026-12-07 (now: whichever finished)
+    "-boxesfifo": {"_patch": "boxes_fifo"},
     "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread
     "-bgcap": {"runtime.capture_in_background": True},  # captures by a worker thread
     # a shape captured after 8 / 32 eager uses instead of 1 (rare shapes stay eager)
@@ -488,6 +492,24 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
 }
 
 
+def _boxes_fifo():
+    """DriverLoop.next_boxes as before 2026-12-07: only the oldest contour job, once done."""
+    from ocrforge.scheduling.gpu_loop import DriverLoop
+
+    new = DriverLoop.next_boxes
+
+    def oldest_first(self):
+        if self.post and (self.post[0].done() or (not self.rec_out and not self.n_waiting)):
+            return self.post.popleft()
+        return None
+
+    DriverLoop.next_boxes = oldest_first
+    return lambda: setattr(DriverLoop, "next_boxes", new)
+
+
+PATCHES = {"boxes_fifo": _boxes_fifo}  # a variant's "_patch": code of an earlier tree, restored after
+
+
 def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int) -> None:
     """The default engine with one setting changed each (DEFAULT_VARIANTS): start, the real-page
     mix (dev images repeated, shuffled) and the dev set's CER, in few seconds per variant."""
@@ -499,6 +521,8 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
     out = RESULTS.setdefault("variants", {})
     for name in names:
         env = dict(os.environ)
+        patch = DEFAULT_VARIANTS[name].get("_patch")
+        undo = PATCHES[patch]() if patch else None
         try:
             one_variant(engine_kw, name, recs, real[:n_pages], out)
         except Exception as e:  # noqa: BLE001 - a failing variant must not end the call
@@ -507,6 +531,9 @@ def sec_variants(engine_kw: dict, dev_dir: Path, names: list[str], n_pages: int)
             out[name or "default"] = {"change": DEFAULT_VARIANTS[name], "error": repr(e)[:2000]}
             save(ARGS.out)
             log(f"variant {name or 'default'} failed: {e!r}"[:3000])
+        finally:
+            if undo is not None:
+                undo()
 
 
 def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -> None:
@@ -521,6 +548,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     change = dict(DEFAULT_VARIANTS[name])
+    change.pop("_patch", None)  # applied by sec_variants
     trace = MemoryTrace() if change.pop("_memtrace", False) and cuda else None
     alloc = change.pop("_alloc", None)
     env = change.pop("_env", {})

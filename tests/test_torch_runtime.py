@@ -993,6 +993,32 @@ def test_driver_admits_device_decoded_pages_only_once_decoded(pages, torch_cpu_e
     assert [p.text for p in got] == [p.text for p in ref]
 
 
+def test_driver_takes_contour_jobs_in_the_order_they_finish(torch_cpu_engine):
+    """A contour job still running (a big page) does not hold up one launched after it that
+    has finished; with nothing else in flight the oldest is waited for."""
+    import queue
+    import threading
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from ocrforge.scheduling.gpu import GpuScheduler
+    from ocrforge.scheduling.gpu_loop import DriverLoop
+
+    sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+    with ThreadPoolExecutor(1) as pool:
+        loop = DriverLoop(sch, torch_cpu_engine.runner.settings(None), queue.Queue(),
+                          queue.Queue(), pool, threading.Event())
+        slow, quick = Future(), Future()
+        quick.set_result([])
+        loop.post.extend([slow, quick])
+        loop.n_waiting = 1  # a page still waiting for detection: nothing forces the oldest
+        assert loop.finish_boxes()
+        assert list(loop.post) == [slow]
+        assert not loop.finish_boxes()  # the slow one is not waited for
+        loop.n_waiting = 0
+        slow.set_result([])
+        assert loop.next_boxes() is slow and not loop.post
+
+
 def test_rec_batch_pixels_bound_only_the_gpu_schedulers_wide_calls(torch_cpu_engine):
     """rec.batch_pixels caps lines x width per recognition call: narrow buckets keep the full
     batch, wide ones get fewer rows; unset, the cap is the batch size at 1280 px."""

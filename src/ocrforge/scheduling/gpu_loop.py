@@ -8,7 +8,7 @@ else can be done:
     orient      decisions whose copy-back is done: turned pages rotated on the device,
                 every page placed in its detection bucket
     detect      full buckets (all buckets once the input is exhausted or the CPU is idle)
-    boxes       finished contour jobs -> line crops on the device -> width-bucket queues
+    boxes       finished contour jobs (in any order) -> line crops on the device -> width-bucket queues
     recognize   full width buckets (all of them when nothing else will fill them soon)
     drain       finished recognitions -> texts; a page whose last line is read is emitted
 """
@@ -68,6 +68,8 @@ class DriverLoop:
         # waits for the decode stream
         self.decoding: deque[GpuPage] = deque()
         self.admit_when_decoded = sch.admit_when_decoded
+        # the driver's stream (gpu.admit_stream hands pages over to it)
+        self.main = torch.cuda.current_stream(sch.dev) if sch.cuda else None
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -184,34 +186,43 @@ class DriverLoop:
 
     def admit(self, batch: list[GpuPage]) -> None:
         sch = self.sch
-        t0 = time.perf_counter()
-        jpegs = [p for p in batch if p.jpeg is not None]
-        if jpegs:
-            sch.decode_jpegs(jpegs)
-        for p in batch:
-            if p.ready is not None:
-                sch.receive(p)
-            elif p.error is None:
-                sch.upload(p)
-        self.stats.decode_s += time.perf_counter() - t0
-        todo = []
-        for p in batch:
-            if p.error is not None:
-                self.emit(p)
-            elif self.orient and p.rotation == 0 and po.applies(p.h, p.w):
-                todo.append(p)
-            else:
-                self.place(p)
+        with sch.admit_context():  # gpu.admit_stream: uploads and orientation on their own
+            t0 = time.perf_counter()
+            jpegs = [p for p in batch if p.jpeg is not None]
+            if jpegs:
+                sch.decode_jpegs(jpegs)
+            for p in batch:
+                if p.ready is not None:
+                    sch.receive(p)
+                elif p.error is None:
+                    sch.upload(p)
+            self.stats.decode_s += time.perf_counter() - t0
+            uploaded = sch.admit_event()
+            todo = []
+            for p in batch:
+                if p.error is not None:
+                    self.emit(p)
+                elif self.orient and p.rotation == 0 and po.applies(p.h, p.w):
+                    todo.append(p)
+                else:
+                    self.place(p, uploaded)
+            self.launch_orient(todo)
+
+    def launch_orient(self, todo: list[GpuPage]) -> None:
+        sch = self.sch
         t0 = time.perf_counter()
         for i in range(0, len(todo), sch.orient_batch):
             chunk = todo[i : i + sch.orient_batch]
             for g, probs, ev in sch.with_oom_retry("orient", lambda g: (g, *sch.run_orient(g)), chunk):
                 self.orienting.append((g, probs, ev))
-                self.last_ev = ev
+                if not sch.admit_on_side:  # last_ev: the driver's stream's latest launch
+                    self.last_ev = ev
                 self.stats.orient_batches += 1
         self.stats.orient_s += time.perf_counter() - t0
 
-    def place(self, p: GpuPage) -> None:
+    def place(self, p: GpuPage, ready: Any = None) -> None:
+        """Into its detection bucket's queue (``ready``: the admit stream's event it needs)."""
+        self.sch.hand_over(p, ready, self.main)
         p.rh, p.rw = self.runner.det_prep.shape(p.h, p.w, self.sch.limit)
         p.since = time.perf_counter()
         self.waiting.setdefault(self.sch.page_bucket(p.rh, p.rw), []).append(p)
@@ -234,6 +245,7 @@ class DriverLoop:
             ends = pr[:, 1 : 1 + ne]
             angles = po.confirm(po.decide(pr[:, 0], po.THRESH, ends), pr[:, 1 + ne], po.THRESH, ends)
             for p, angle in zip(pages, angles, strict=True):
+                self.sch.hand_over(p, ev, self.main)  # before main turns it
                 if angle:
                     p.img = po.upright_torch(p.img, angle)
                     p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])
@@ -276,10 +288,9 @@ class DriverLoop:
     def finish_boxes(self) -> bool:
         """Finished contour jobs -> crops on the device -> rec queues."""
         moved = False
-        while self.post and self.crop_room() and (
-                self.post[0].done() or (not self.rec_out and not self.n_waiting)):
+        while self.crop_room() and (job := self.next_boxes()) is not None:
             moved = True
-            pages = self.post.popleft().result()
+            pages = job.result()
             for k, p in enumerate(pages):
                 if not self._crop(p):  # out of device memory: the rest waits for recognition
                     self.post.appendleft(_done(pages[k:]))
@@ -287,6 +298,17 @@ class DriverLoop:
             for wb in list(self.rec_q):
                 self.launch_rec(wb, force=False)
         return moved
+
+    def next_boxes(self) -> Future | None:
+        """A finished contour job, whichever finished first (a big page's contours do not hold
+        up the small pages launched after it); the oldest when nothing else is in flight."""
+        for k, job in enumerate(self.post):
+            if job.done():
+                del self.post[k]
+                return job
+        if self.post and not self.rec_out and not self.n_waiting:
+            return self.post.popleft()
+        return None
 
     def _crop(self, p: GpuPage) -> bool:
         """Cut a page's lines into the recognition queues. False when the device ran out of
