@@ -98,12 +98,15 @@ class GpuPage:
     pending: int = 0
     whole: bool = False  # quads[-1] is the whole image (crop-like input)
     since: float = 0.0  # when it joined its detection bucket's queue (perf_counter)
-    # when the driver took it in, launched its detection, a contour worker had its maps, and
-    # the driver cut its lines (perf_counter): SchedulerStats.inflight_phase_s
+    # when the driver took it in, launched its orientation (or placed it, without one),
+    # launched its detection, a contour worker had its maps, the driver cut its lines and
+    # launched the last of them (perf_counter): SchedulerStats.inflight_phase_s
     t_in: float = 0.0
+    t_ori: float = 0.0
     t_det: float = 0.0
     t_det_done: float = 0.0
     t_cut: float = 0.0
+    t_rec: float = 0.0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     plan: CropPlan | None = None  # its lines' crops, planned on the host (plan_lines)
@@ -138,12 +141,14 @@ class SchedulerStats:
     inflight_full_s: float = 0.0  # driver time with gpu.max_inflight pages in hand
     crop_peak_mb: float = 0.0  # most line-crop memory held at once (gpu.max_crop_megabytes)
     # seconds pages spent in each phase while in flight, summed over the emitted pages: taken
-    # in -> placed for detection (decode, orientation), -> detection launched (bucket wait),
-    # -> its maps on the host (detection, behind the work queued before it), -> lines cut
-    # (contours, then the driver's turn), -> emitted (recognition queues and batches).
-    # Divided by the pages, the mean time in flight (what fills gpu.max_inflight)
+    # in -> orientation launched (decode, upload; "admit") -> placed for detection ("orient":
+    # the decision back and seen by the driver) -> detection launched (bucket wait) -> its
+    # maps on the host (detection, behind the work queued before it) -> lines cut (contours,
+    # then the driver's turn) -> its last line launched (width buckets filling, "rec_wait")
+    # -> emitted (recognition on the device, the driver's turn). Divided by the pages, the
+    # mean time in flight (what fills gpu.max_inflight)
     inflight_phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("orient", "det_wait", "det", "contours", "rec"), 0.0))
+        ("admit", "orient", "det_wait", "det", "contours", "rec_wait", "rec"), 0.0))
     # megapixels the networks ran (batch rows x bucket, padding included) and what the pages
     # and lines needed (detector input, text width x 48): the device work padding costs
     det_mpx_run: float = 0.0

@@ -136,7 +136,7 @@ class DriverLoop:
     def note_phases(self, p: GpuPage) -> None:
         """Add the page's time in each phase (a phase it skipped counts as zero)."""
         now = time.perf_counter()
-        marks = [p.t_in, p.since, p.t_det, p.t_det_done, p.t_cut, now]
+        marks = [p.t_in, p.t_ori, p.since, p.t_det, p.t_det_done, p.t_cut, p.t_rec, now]
         for i in range(1, len(marks)):  # a mark not reached takes the one before it
             marks[i] = marks[i] or marks[i - 1]
         ph = self.stats.inflight_phase_s
@@ -211,6 +211,8 @@ class DriverLoop:
     def launch_orient(self, todo: list[GpuPage]) -> None:
         sch = self.sch
         t0 = time.perf_counter()
+        for p in todo:
+            p.t_ori = t0
         for i in range(0, len(todo), sch.orient_batch):
             chunk = todo[i : i + sch.orient_batch]
             for g, probs, ev in sch.with_oom_retry("orient", lambda g: (g, *sch.run_orient(g)), chunk):
@@ -225,6 +227,7 @@ class DriverLoop:
         self.sch.hand_over(p, ready, self.main)
         p.rh, p.rw = self.runner.det_prep.shape(p.h, p.w, self.sch.limit)
         p.since = time.perf_counter()
+        p.t_ori = p.t_ori or p.since  # no orientation: admitted until now
         self.waiting.setdefault(self.sch.page_bucket(p.rh, p.rw), []).append(p)
         self.n_waiting += 1
 
@@ -362,6 +365,8 @@ class DriverLoop:
             t0 = time.perf_counter()
             chunk, lst = lst[:nb], lst[nb:]
             self.rec_t[wb] = self.rec_t[wb][len(chunk):]
+            for line in chunk:  # a page's last launch wins: when its lines all left the queues
+                line[0].t_rec = t0
             res = self.sch.with_oom_retry("rec", self.sch.rec_chunk, chunk, wb, self.steps)
             self.rec_out.extend(res)
             self.last_ev = res[-1][-1]
