@@ -470,8 +470,6 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-noidle": {"gpu.launch_when_idle": False},  # partial batches not launched on an idle GPU
     # nvJPEG pages join the driver's work once decoded, not with the driver's stream waiting
     "-admitready": {"gpu.admit_when_decoded": True},
-    # uploads and page orientation on a high-priority stream of their own
-    "-admitstream": {"gpu.admit_stream": True},
     # contour jobs taken oldest first only, as before 2026-12-07 (now: whichever finished)
     "-boxesfifo": {"_patch": "boxes_fifo"},
     "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread

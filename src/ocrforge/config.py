@@ -225,10 +225,6 @@ class GpuConfig(_Section):
     # has finished on the GPU, instead of at once with the driver's stream waiting for the
     # decode stream (which holds up every kernel queued after it); not yet measured
     admit_when_decoded: bool = False
-    # page uploads and page orientation on a CUDA stream of their own, at high priority: an
-    # orientation batch no longer queues behind the detection and recognition work already on
-    # the driver's stream (pages spent ~0.2 s of their ~0.9 s in flight there, H100 2026-12-06)
-    admit_stream: bool = False
     # "lazy": a bucket's CUDA graph is captured the second time its shape is used (pages flow
     # at once); "all" / True: every bucket shape is captured when the scheduler starts
     warmup: Literal["lazy", "all"] | bool = "lazy"

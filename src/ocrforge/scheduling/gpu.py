@@ -219,8 +219,6 @@ class GpuScheduler:
         self._orient_rt: Any = None
         self._ring: PinnedRing | None = None  # upload_small's staging slots
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None
-        self._admit_stream = (torch.cuda.Stream(self.dev, priority=-1)
-                              if self.cuda and g.admit_stream else None)
         self._lock = threading.Lock()  # one run at a time per scheduler (_turn)
         self._owner: int | None = None  # the thread whose run holds it
         if g.warmup in (True, "all") and self.cuda:
@@ -229,32 +227,6 @@ class GpuScheduler:
     def device_context(self) -> AbstractContextManager:
         """Makes this scheduler's GPU the current one (streams, events, graphs) in a thread."""
         return torch.cuda.device(self.dev) if self.cuda else nullcontext()
-
-    def admit_context(self) -> AbstractContextManager:
-        """Where pages are uploaded and oriented: the high-priority admit stream
-        (gpu.admit_stream), else the driver's own."""
-        return nullcontext() if self._admit_stream is None else torch.cuda.stream(self._admit_stream)
-
-    @property
-    def admit_on_side(self) -> bool:
-        return self._admit_stream is not None
-
-    def admit_event(self) -> Any:
-        """An event at the admit stream's tail (None without one: nothing to wait for)."""
-        if self._admit_stream is None:
-            return None
-        ev = torch.cuda.Event()
-        ev.record(self._admit_stream)
-        return ev
-
-    def hand_over(self, p: GpuPage, ready: Any, main: Any) -> None:
-        """Driver thread: a page admitted on the admit stream, for use on ``main``: main's
-        later work waits for ``ready`` (its upload, or its orientation), and its memory is
-        kept until main is done with it."""
-        if ready is None or p.img is None:
-            return
-        main.wait_event(ready)
-        p.img.record_stream(main)
 
     # ------------------------------------------------------------------ buckets
     def det_batch_for(self, bucket: tuple[int, int]) -> int:

@@ -68,8 +68,6 @@ class DriverLoop:
         # waits for the decode stream
         self.decoding: deque[GpuPage] = deque()
         self.admit_when_decoded = sch.admit_when_decoded
-        # the driver's stream (gpu.admit_stream hands pages over to it)
-        self.main = torch.cuda.current_stream(sch.dev) if sch.cuda else None
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -186,27 +184,25 @@ class DriverLoop:
 
     def admit(self, batch: list[GpuPage]) -> None:
         sch = self.sch
-        with sch.admit_context():  # gpu.admit_stream: uploads and orientation on their own
-            t0 = time.perf_counter()
-            jpegs = [p for p in batch if p.jpeg is not None]
-            if jpegs:
-                sch.decode_jpegs(jpegs)
-            for p in batch:
-                if p.ready is not None:
-                    sch.receive(p)
-                elif p.error is None:
-                    sch.upload(p)
-            self.stats.decode_s += time.perf_counter() - t0
-            uploaded = sch.admit_event()
-            todo = []
-            for p in batch:
-                if p.error is not None:
-                    self.emit(p)
-                elif self.orient and p.rotation == 0 and po.applies(p.h, p.w):
-                    todo.append(p)
-                else:
-                    self.place(p, uploaded)
-            self.launch_orient(todo)
+        t0 = time.perf_counter()
+        jpegs = [p for p in batch if p.jpeg is not None]
+        if jpegs:
+            sch.decode_jpegs(jpegs)
+        for p in batch:
+            if p.ready is not None:
+                sch.receive(p)
+            elif p.error is None:
+                sch.upload(p)
+        self.stats.decode_s += time.perf_counter() - t0
+        todo = []
+        for p in batch:
+            if p.error is not None:
+                self.emit(p)
+            elif self.orient and p.rotation == 0 and po.applies(p.h, p.w):
+                todo.append(p)
+            else:
+                self.place(p)
+        self.launch_orient(todo)
 
     def launch_orient(self, todo: list[GpuPage]) -> None:
         sch = self.sch
@@ -217,14 +213,11 @@ class DriverLoop:
             chunk = todo[i : i + sch.orient_batch]
             for g, probs, ev in sch.with_oom_retry("orient", lambda g: (g, *sch.run_orient(g)), chunk):
                 self.orienting.append((g, probs, ev))
-                if not sch.admit_on_side:  # last_ev: the driver's stream's latest launch
-                    self.last_ev = ev
+                self.last_ev = ev
                 self.stats.orient_batches += 1
         self.stats.orient_s += time.perf_counter() - t0
 
-    def place(self, p: GpuPage, ready: Any = None) -> None:
-        """Into its detection bucket's queue (``ready``: the admit stream's event it needs)."""
-        self.sch.hand_over(p, ready, self.main)
+    def place(self, p: GpuPage) -> None:
         p.rh, p.rw = self.runner.det_prep.shape(p.h, p.w, self.sch.limit)
         p.since = time.perf_counter()
         p.t_ori = p.t_ori or p.since  # no orientation: admitted until now
@@ -248,7 +241,6 @@ class DriverLoop:
             ends = pr[:, 1 : 1 + ne]
             angles = po.confirm(po.decide(pr[:, 0], po.THRESH, ends), pr[:, 1 + ne], po.THRESH, ends)
             for p, angle in zip(pages, angles, strict=True):
-                self.sch.hand_over(p, ev, self.main)  # before main turns it
                 if angle:
                     p.img = po.upright_torch(p.img, angle)
                     p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])
