@@ -194,8 +194,10 @@ def reserved_by_stream(sch: Any) -> dict:
     for net, rt in (("det", sch.det), ("rec", sch.rec), ("orient", sch.orient_runtime())):
         for attr in ("_capture_stream", "_copy_stream"):
             s = getattr(rt, attr, None)
-            if s is not None:
-                names[s.cuda_stream] = f"{net}{attr[:-7]}"
+            if s is not None:  # a stream the runtimes share (runtime.shared_graph_pool): "det+rec..."
+                have = names.get(s.cuda_stream)
+                names[s.cuda_stream] = f"{have.split('_')[0]}+{net}_{attr[1:-7]}" if have \
+                    else f"{net}{attr[:-7]}"
     if getattr(sch, "_decode_stream", None) is not None:
         names[sch._decode_stream.cuda_stream] = "_decode"
     out: dict[str, dict] = {}

@@ -665,6 +665,27 @@ def test_gpu_captures_reuse_their_warm_up_memory():
 
 @pytest.mark.gpu
 @cuda
+def test_gpu_shared_graph_pool_reads_like_a_pool_per_network(pages):
+    """runtime.shared_graph_pool: detection, recognition and orientation capture into one pool
+    on one capture stream (their temporaries then overlap); many pages, twice, read as with a
+    pool per network. Graph memory used by two networks at once would garble pages."""
+    kw = {"runtime": "torch", "device": "cuda", "torch_precision": "fp16", "cuda_graphs": True,
+          "det_limit_side": 736}
+    many = pages * 16
+    ref = [p.text for p in OCR(**kw).gpu_scheduler().run(many)]
+    sch = OCR(**kw, **{"runtime.shared_graph_pool": True}).gpu_scheduler()
+    share = sch.det.graph_share
+    assert share is not None and sch.rec.graph_share is share
+    ori = sch.orient_runtime()
+    assert ori is None or ori.graph_share is share
+    for _ in range(2):
+        got = [p.text for p in sch.run(many)]
+        assert sum(a != b for a, b in zip(got, ref, strict=True)) <= 1, (got, ref)
+    assert sch.det.counts["captures"] and sch.rec.counts["captures"]
+
+
+@pytest.mark.gpu
+@cuda
 def test_gpu_graph_capture_survives_host_pinning_in_other_threads():
     """The GPU scheduler's decoder threads pin host pages while its driver thread captures a
     new shape; in CUDA's global capture mode that invalidated the capture (the benchmark's host

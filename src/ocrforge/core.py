@@ -328,7 +328,8 @@ def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
         from ocrforge.models.native import build_native
 
         return open_torch(build_native(runner.models.model_set, "page_orientation", path),
-                          cfg.runtime, name="page_orientation")
+                          cfg.runtime, name="page_orientation",
+                          share=getattr(runner.det_rt, "graph_share", None))
     rc = cfg.runtime if cfg.runtime.backend != "torch" else RuntimeConfig()
     return open_onnx(path, rc)
 

@@ -36,11 +36,12 @@ def open_onnx(path: Path, settings: RuntimeConfig, *, precision: str = "fp32",
     return OrtRuntime(path, settings, precision)
 
 
-def open_torch(module: Any, settings: RuntimeConfig, *, name: str = "") -> Runtime:
+def open_torch(module: Any, settings: RuntimeConfig, *, name: str = "", share: Any = None) -> Runtime:
+    """``share``: another runtime's ``graph_share`` (runtime.shared_graph_pool), else None."""
     try:
         from ocrforge.runtimes.torch import TorchRuntime
     except ModuleNotFoundError as e:
         if e.name == "torch":
             raise RuntimeError("runtime 'torch' needs PyTorch: pip install 'ocrforge[torch]'") from None
         raise
-    return TorchRuntime(module, settings, name=name)
+    return TorchRuntime(module, settings, name=name, share=share)

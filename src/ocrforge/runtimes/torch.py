@@ -106,10 +106,23 @@ class _Then:
         return self.post(self.fn(x), x)
 
 
+class GraphShare:
+    """What the runtimes of one engine share under runtime.shared_graph_pool: the CUDA-graph
+    memory pool, the capture stream (the caching allocator gives a freed block again only to
+    the stream that freed it, so one pool with a stream per runtime would reuse nothing across
+    them) and the lock that keeps one capture at a time on that stream."""
+
+    def __init__(self, dev: torch.device):
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream(dev)
+        self.lock = threading.Lock()
+
+
 class TorchRuntime:
     """One network on one device. Thread-safe for run() (one call at a time per runtime)."""
 
-    def __init__(self, module: nn.Module, cfg: RuntimeConfig, *, name: str = ""):
+    def __init__(self, module: nn.Module, cfg: RuntimeConfig, *, name: str = "",
+                 share: GraphShare | None = None):
         self.label = name
         self.precision = cfg.torch_precision
         self.dtype = DTYPES[cfg.torch_precision]
@@ -191,7 +204,11 @@ class TorchRuntime:
                        "warm_s": 0.0, "graph_s": 0.0}
         self.uses: Counter = Counter()  # CUDA-graph path: calls per input shape (what captures pay)
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
-        self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        # runtime.shared_graph_pool: the engine's other runtimes open theirs with this one's
+        self.graph_share = (share or GraphShare(self.dev)) if self.use_graphs and (
+            share is not None or cfg.shared_graph_pool) else None
+        self._pool = (self.graph_share.pool if self.graph_share is not None
+                      else torch.cuda.graph_pool_handle() if self.use_graphs else None)
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         # one stream for every capture's warm-up and capture (as torch.cuda.graph's default
         # capture stream): the caching allocator keeps freed blocks per stream, so warm-ups on a
@@ -200,6 +217,8 @@ class TorchRuntime:
         # re-measured with this stream; test_gpu_captures_reuse_their_warm_up_memory)
         self._capture_stream = torch.cuda.Stream(self.dev) if self.use_graphs else None
         self._capture_lock = threading.Lock()  # one capture at a time on that stream
+        if self.graph_share is not None:
+            self._capture_stream, self._capture_lock = self.graph_share.stream, self.graph_share.lock
         # new shapes captured by a worker thread while the caller runs them eagerly
         # (torch_capture.py); not with torch.compile, whose tracing is not thread-safe
         self.background = (BackgroundCapture(self._capture_into, self.dev)
