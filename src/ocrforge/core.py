@@ -329,7 +329,8 @@ def _open_page_orientation(runner: PageRunner) -> Runtime | bool:
 
         return open_torch(build_native(runner.models.model_set, "page_orientation", path),
                           cfg.runtime, name="page_orientation",
-                          share=getattr(runner.det_rt, "graph_share", None))
+                          share=getattr(runner.det_rt, "graph_share", None)
+                          if cfg.runtime.shared_graph_pool else None)
     rc = cfg.runtime if cfg.runtime.backend != "torch" else RuntimeConfig()
     return open_onnx(path, rc)
 

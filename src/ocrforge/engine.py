@@ -46,6 +46,7 @@ class OCR:
         self.config = cfg
         self.models = resolve_models(cfg.models.name, cfg.models.dir)
         self._graph_share: Any = None  # runtime.shared_graph_pool: the first torch runtime's
+        self._share_graphs = cfg.runtime.shared_graph_pool
         det_rt = self._open("det", cfg.det.precision, cfg.det.threads)
         rec_rt = self._open("rec", cfg.rec.precision, cfg.rec.threads)
         self.runner = PageRunner(cfg, self.models, det_rt, rec_rt,
@@ -68,7 +69,8 @@ class OCR:
                                  "with runtime torch use runtime.torch_precision (fp16/bf16)")
             rt = open_torch(build_native(self.models.model_set, role, path), cfg.runtime,
                             name=role, share=self._graph_share)
-            self._graph_share = getattr(rt, "graph_share", None)
+            if self._share_graphs:
+                self._graph_share = self._graph_share or getattr(rt, "graph_share", None)
             return rt
         if precision != "fp32":
             path = artifact_path(role, path, precision, cfg.models.name)

@@ -107,10 +107,11 @@ class _Then:
 
 
 class GraphShare:
-    """What the runtimes of one engine share under runtime.shared_graph_pool: the CUDA-graph
-    memory pool, the capture stream (the caching allocator gives a freed block again only to
-    the stream that freed it, so one pool with a stream per runtime would reuse nothing across
-    them) and the lock that keeps one capture at a time on that stream."""
+    """Where a runtime's CUDA graphs are captured: the graph memory pool, the capture stream
+    and the lock that keeps one capture at a time on it. Each runtime has its own, unless the
+    engine hands one runtime's to the others (runtime.shared_graph_pool): then all of them are
+    shared, the stream too (the caching allocator gives a freed block again only to the stream
+    that freed it, so one pool with a stream per runtime would reuse nothing across them)."""
 
     def __init__(self, dev: torch.device):
         self.pool = torch.cuda.graph_pool_handle()
@@ -204,21 +205,18 @@ class TorchRuntime:
                        "warm_s": 0.0, "graph_s": 0.0}
         self.uses: Counter = Counter()  # CUDA-graph path: calls per input shape (what captures pay)
         self._max_graphs = int(os.environ.get("OCRFORGE_CUDA_GRAPHS_MAX", "64"))
-        # runtime.shared_graph_pool: the engine's other runtimes open theirs with this one's
-        self.graph_share = (share or GraphShare(self.dev)) if self.use_graphs and (
-            share is not None or cfg.shared_graph_pool) else None
-        self._pool = (self.graph_share.pool if self.graph_share is not None
-                      else torch.cuda.graph_pool_handle() if self.use_graphs else None)
+        # another runtime's (runtime.shared_graph_pool, passed by the engine), else its own
+        self.graph_share = share or (GraphShare(self.dev) if self.use_graphs else None)
         self._copy_stream = torch.cuda.Stream(self.dev) if self.cuda else None
         # one stream for every capture's warm-up and capture (as torch.cuda.graph's default
         # capture stream): the caching allocator keeps freed blocks per stream, so warm-ups on a
         # new stream each time (from a pool of 32) could not reuse each other's activations:
         # likely why an engine held ~100 GB reserved for ~6 GB allocated on the H200 (not yet
         # re-measured with this stream; test_gpu_captures_reuse_their_warm_up_memory)
-        self._capture_stream = torch.cuda.Stream(self.dev) if self.use_graphs else None
-        self._capture_lock = threading.Lock()  # one capture at a time on that stream
-        if self.graph_share is not None:
-            self._capture_stream, self._capture_lock = self.graph_share.stream, self.graph_share.lock
+        g = self.graph_share
+        self._pool = g.pool if g is not None else None
+        self._capture_stream = g.stream if g is not None else None
+        self._capture_lock = g.lock if g is not None else threading.Lock()
         # new shapes captured by a worker thread while the caller runs them eagerly
         # (torch_capture.py); not with torch.compile, whose tracing is not thread-safe
         self.background = (BackgroundCapture(self._capture_into, self.dev)
