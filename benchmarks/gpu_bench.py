@@ -589,8 +589,13 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     # pass 1 still captures the CUDA graphs of shapes met for the second time; pass 2 (the
     # same pages again) is the steady rate
     row["first_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
-    # pass 2 still meets a few shapes for the second time (batch sizes vary with timing)
+    # pass 2 still meets a few shapes for the second time (batch sizes vary with timing); its
+    # driver passes are traced (no thread sampler runs in it): what the device waits for
+    gp.trace = [] if ARGS.timeline else None
     row["second_pass"] = real_pass(gp, real[:n_pages], cuda, profile=False)
+    if gp.trace:
+        row["second_pass"]["timeline"] = save_timeline(gp, name or "default")
+    gp.trace = None
     row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
     row["shape_uses"] = shape_uses(gp)
     if cuda:
@@ -613,6 +618,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"{row['dev_det_f1'] or -1:.4f} reserved {row['reserved_GiB']:.2f} GiB\n    reserved by "
         f"stream (MiB) {row.get('reserved_by_stream')}\n    GIL wait pass 2 {row['second_pass']['gil_wait']} pass 3 "
         f"{row['gil_wait']}\n    in flight, mean ms a page {inflight_ms(row['stats'])}\n"
+        f"    driver timeline, pass 2 {json.dumps(row['second_pass'].get('timeline'))}\n"
         f"    stats {row['stats']}\n    graph calls "
         f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
         f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}")
@@ -623,6 +629,17 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     if alloc and cuda:
         torch.cuda.empty_cache()
         torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
+
+
+def save_timeline(gp, name: str) -> dict:
+    """The traced driver passes as timeline_NAME.npy beside --out, and their summary."""
+    from driver_timeline import summarise
+
+    rows = np.asarray(gp.trace, dtype=np.float64)
+    rows[:, 0] -= rows[0, 0]  # seconds into the pass (float32 keeps microseconds)
+    if ARGS.out is not None:
+        np.save(ARGS.out.parent / f"timeline_{name}.npy", rows.astype(np.float32))
+    return summarise(rows, gp.max_inflight)
 
 
 def inflight_ms(stats: dict) -> dict:
@@ -882,6 +899,8 @@ def main() -> None:
     ap.add_argument("--variants", default="default,16mp,noori,hostdec,nolayout",
                     help="variants section: the default engine with one change each")
     ap.add_argument("--variant-pages", type=int, default=504, help="real-mix pages per variant")
+    ap.add_argument("--timeline", type=int, default=1,
+                    help="variants: trace the driver's passes in pass 2 (driver_timeline.py)")
     ap.add_argument("--kernel-pages", type=int, default=0,
                     help="variants: one more pass of this many pages under torch.profiler "
                          "(GPU kernel time per stage, gpu_probe.stage_kernels); 0: none")

@@ -92,8 +92,9 @@ def test_gpu_scheduler_code_matches_onnxruntime_twice(ort_engine, generated):
     eng = OCR(ort_engine.config.with_(runtime="torch", device="cpu", det_batch_size=2,
                                       rec_batch_size=32))
     sched = eng.gpu_scheduler()
-    for run in range(2):  # a second run of the same scheduler reads the same
+    for run in range(2):  # a second run of the same scheduler reads the same, traced
         sched.stats.__init__()
+        sched.trace = [] if run else None
         t0 = time.perf_counter()
         got = list(sched.run(imgs))
         wall = time.perf_counter() - t0
@@ -107,6 +108,20 @@ def test_gpu_scheduler_code_matches_onnxruntime_twice(ort_engine, generated):
         assert abs(got_cer - ref_cer) <= 0.002, (run, got_cer, ref_cer)
         for p, (_, truth) in zip(got, generated, strict=True):
             assert truth[0].split()[0] in p.lines[0].text
+    _check_trace(np.asarray(sched.trace), wall)
+
+
+def _check_trace(rows: np.ndarray, wall: float) -> None:
+    """GpuScheduler.trace: a row per driver pass, in time order, each step timed."""
+    from ocrforge.scheduling.gpu_loop import STEPS, TRACE_COLUMNS
+
+    assert rows.ndim == 2 and rows.shape[1] == len(TRACE_COLUMNS), rows.shape
+    assert (np.diff(rows[:, 0]) >= 0).all()
+    steps = rows[:, -len(STEPS):]
+    assert (steps >= 0).all() and 0 < steps.sum() <= wall
+    assert (rows[:, 1] == -1).all()  # no device events on the CPU
+    # pages were taken and detected inside traced passes (a run may take all in its first)
+    assert steps[:, STEPS.index("take")].sum() > 0 and steps[:, STEPS.index("launch_det")].sum() > 0
 
 
 def test_gpu_scheduler_db_processes_keep_reading_order(ort_engine, generated):

@@ -216,6 +216,9 @@ class GpuScheduler:
         self.capture_when_idle = g.capture_when_idle
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
         self.stats = SchedulerStats()
+        # a list to trace the driver's passes into (gpu_loop.TRACE_COLUMNS; a diagnostic for
+        # benchmarks/driver_timeline.py), None: not traced
+        self.trace: list | None = None
         self._orient_rt: Any = None
         self._ring: PinnedRing | None = None  # upload_small's staging slots
         self._decode_stream = torch.cuda.Stream(self.dev) if self.cuda else None

@@ -34,6 +34,14 @@ if TYPE_CHECKING:
     from ocrforge.scheduling.gpu import GpuPage, GpuScheduler
 
 END = object()  # the end of a queue (inputs, results)
+# the driver's steps, in the order of each pass over them (DriverLoop.step)
+STEPS = ("take", "finish_orient", "launch_det", "finish_boxes", "flush_rec", "drain_rec")
+# a row of GpuScheduler.trace (benchmarks/driver_timeline.py reads them): when the pass began,
+# device idle (1, 0, -1 without events), pages in hand, waiting for detection, orientation
+# batches out, contour jobs out and done, lines queued for recognition, recognition batches out,
+# pages ready to take, MiB of line crops held; then each step's seconds
+TRACE_COLUMNS = ("t", "idle", "live", "waiting", "orienting", "contours", "contours_done",
+                 "rec_lines", "rec_out", "inputs", "crop_mib", *(f"s_{n}" for n in STEPS))
 
 
 class DriverLoop:
@@ -70,17 +78,40 @@ class DriverLoop:
         self.admit_when_decoded = sch.admit_when_decoded
 
     def run(self) -> None:
+        trace = self.sch.trace
         while not self.stop.is_set():
-            progress = self.take()
-            progress |= self.finish_orient()
-            progress |= self.launch_det()
-            progress |= self.finish_boxes()
-            progress |= self.flush_rec()
-            progress |= self.drain_rec(block=False)
+            progress = self.step() if trace is None else self.traced_step(trace)
             if self.finished():
                 return
             if not progress and not (self.live == 0 and self.capture_when_idle()):
                 time.sleep(0.0002)  # waiting on the GPU or the CPU workers; leave them the GIL
+
+    def step(self) -> bool:
+        """One pass over every step; whether any of them moved something."""
+        progress = False
+        for name in STEPS:
+            progress |= getattr(self, name)()
+        return progress
+
+    def traced_step(self, trace: list) -> bool:
+        """step(), adding a row to ``trace`` (GpuScheduler.trace): the state the pass began
+        with (TRACE_COLUMNS), then each step's seconds."""
+        row = [time.perf_counter(), *self.state()]
+        progress = False
+        for name in STEPS:
+            t0 = time.perf_counter()
+            progress |= getattr(self, name)()
+            row.append(time.perf_counter() - t0)
+        trace.append(row)
+        return progress
+
+    def state(self) -> tuple:
+        """TRACE_COLUMNS[1:11]: whether the device has finished all it was given (-1: no
+        device events), then what is in hand at each step."""
+        idle = -1 if self.last_ev is None else int(self.last_ev.query())
+        return (idle, self.live, self.n_waiting, len(self.orienting), len(self.post),
+                sum(1 for j in self.post if j.done()), sum(map(len, self.rec_q.values())),
+                len(self.rec_out), self.in_q.qsize(), self.crop_bytes / 2**20)
 
     def capture_when_idle(self) -> bool:
         """No page in hand and none arrived within take()'s wait: capture one likely next
@@ -380,7 +411,7 @@ class DriverLoop:
                 flushed = True
         return flushed
 
-    def drain_rec(self, block: bool) -> bool:
+    def drain_rec(self, block: bool = False) -> bool:
         drained = False
         while self.rec_out and (block or self.rec_out[0][-1] is None or self.rec_out[0][-1].query()):
             chunk, wb, idx, conf, space, ev = self.rec_out.popleft()
