@@ -482,6 +482,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-lesspad-cap8": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True, "runtime.capture_after": 8},
     # depthwise convolutions by PyTorch's kernel, not cuDNN (no per-shape execution plans)
     "-dwnative": {"_env": {"OCRFORGE_TORCH_DEPTHWISE": "native"}},
+    # native depthwise kernels in eager calls only (first uses), cuDNN's in the CUDA graphs
+    "-dwfirst": {"_env": {"OCRFORGE_TORCH_DEPTHWISE": "first_use"}},
     "-lesspad-dwnative": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
                           "_env": {"OCRFORGE_TORCH_DEPTHWISE": "native"}},
     "-head32": {"_env": {"OCRFORGE_TORCH_FP16_SAFE": "0"}},  # recognition's head in FP32 (before)

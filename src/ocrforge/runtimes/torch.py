@@ -17,7 +17,8 @@ instead of one per input shape),
 OCRFORGE_CUDA_GRAPHS_MAX (graphs kept per network, default 64), OCRFORGE_CAPTURE_WARMUPS (eager
 runs on the capture stream before a capture, default 2), OCRFORGE_CUDNN_BENCHMARK=1
 (cuDNN autotuning per shape; slower start), OCRFORGE_TORCH_DEPTHWISE=native (depthwise
-convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py), OCRFORGE_TORCH_FP16_SAFE=0
+convolutions by PyTorch's kernel, not cuDNN: torch_depthwise.py; "first_use": in eager calls
+only, CUDA graphs capture cuDNN's), OCRFORGE_TORCH_FP16_SAFE=0
 (keep every keep_fp32 submodule in FP32 under FP16 too), OCRFORGE_TORCH_POINTWISE=0 (keep 1x1
 convolutions as cuDNN convolutions on CUDA, not GEMMs with the bias inside: torch_pointwise.py),
 OCRFORGE_TORCH_FUSE=0 (on CUDA, keep biases, gates and GELUs in passes of their own instead of
@@ -53,7 +54,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 from ocrforge.runtimes.torch_capture import BackgroundCapture  # noqa: E402
-from ocrforge.runtimes.torch_depthwise import depthwise_native  # noqa: E402
+from ocrforge.runtimes.torch_depthwise import cudnn_here, depthwise_native  # noqa: E402
 from ocrforge.runtimes.torch_pointwise import (  # noqa: E402
     fold_biases,
     fuse_activations,
@@ -164,8 +165,9 @@ class TorchRuntime:
             if fuse and self.precision != "fp32":  # FP32 stays the reference: erf GELU
                 self.fused += fuse_activations(self.net)
         self.depthwise = 0
-        if self.cuda and os.environ.get("OCRFORGE_TORCH_DEPTHWISE", "cudnn") == "native":
-            self.depthwise = depthwise_native(self.net)
+        dw = os.environ.get("OCRFORGE_TORCH_DEPTHWISE", "cudnn")
+        if self.cuda and dw in ("native", "first_use"):
+            self.depthwise = depthwise_native(self.net, first_use=dw == "first_use")
         self.module = _Float32Out(self.net).to(self.dev, self.dtype).eval()
         if self.dtype != torch.float32:
             for sub in _kept_fp32(self.net, self.dtype):
@@ -312,7 +314,7 @@ class TorchRuntime:
         # that only later warm-ups could reuse. Here they reuse the eager runs' blocks: 17.4
         # against 26.6 GiB reserved, same rate and reading (H100, 2026-12-06, BENCHMARKS.md)
         warm = torch.cuda.current_stream(self.dev) if self._warm_on_caller else s
-        with torch.cuda.stream(warm):
+        with torch.cuda.stream(warm), cudnn_here():
             for _ in range(self.capture_warmups):  # compilation, cuDNN/cuBLAS choices, memory
                 fn(static_in)
         s.wait_stream(warm)
@@ -326,7 +328,7 @@ class TorchRuntime:
         # thread_local: the scheduler's decoder threads pin host memory (cudaHostAlloc) while
         # the driver thread captures; in the default global mode that invalidates the capture
         # (cuDNN EXECUTION_FAILED, then cudaErrorStreamCaptureInvalidated, measured on the H200)
-        with torch.cuda.stream(s):
+        with torch.cuda.stream(s), cudnn_here():
             graph.capture_begin(pool=self._pool, capture_error_mode=self.capture_mode)
             try:
                 static_out = fn(static_in)
