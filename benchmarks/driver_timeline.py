@@ -40,6 +40,9 @@ def summarise(rows: np.ndarray, max_inflight: int = 128, top: int = 8) -> dict:
     out: dict = {"passes": int(len(rows)), "wall_s": round(wall, 3),
                  "device_idle_share": round(float(dt[idle].sum()) / wall, 3),
                  "driver_busy_share": round(float(work.sum()) / wall, 3),
+                 # of the time in steps, the share the driver ran on a CPU (the rest: waiting
+                 # for the interpreter lock or inside a blocking device call)
+                 "driver_cpu_share_of_steps": round(float(col["cpu"].sum()) / (float(work.sum()) or 1.0), 3),
                  "pass_ms": _quantiles(dt * 1e3)}
     kinds = {"idle": idle, "busy": col["idle"] == 0, "unknown": col["idle"] < 0}  # -1: no events
     for name, sel in kinds.items():
@@ -55,6 +58,7 @@ def summarise(rows: np.ndarray, max_inflight: int = 128, top: int = 8) -> dict:
                                      "rec_lines", "rec_out", "inputs", "crop_mib")}
     slow = np.argsort(dt)[::-1][:top]
     out["slowest_passes"] = [{"ms": round(float(dt[i]) * 1e3, 2), "idle": int(col["idle"][i]),
+                              "cpu_ms": round(float(col["cpu"][i]) * 1e3, 2),
                               **{n: round(float(steps[i, k]) * 1e3, 2) for k, n in enumerate(STEPS)}}
                              for i in slow]
     return out

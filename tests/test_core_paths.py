@@ -117,7 +117,8 @@ def _check_trace(rows: np.ndarray, wall: float) -> None:
 
     assert rows.ndim == 2 and rows.shape[1] == len(TRACE_COLUMNS), rows.shape
     assert (np.diff(rows[:, 0]) >= 0).all()
-    steps = rows[:, -len(STEPS):]
+    steps = rows[:, -len(STEPS) - 1 : -1]
+    assert (rows[:, -1] >= 0).all() and rows[:, -1].sum() <= steps.sum() + 0.01  # CPU in them
     assert (steps >= 0).all() and 0 < steps.sum() <= wall
     assert (rows[:, 1] == -1).all()  # no device events on the CPU
     # pages were taken and detected inside traced passes (a run may take all in its first)

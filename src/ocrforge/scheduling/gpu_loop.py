@@ -39,9 +39,10 @@ STEPS = ("take", "finish_orient", "launch_det", "finish_boxes", "flush_rec", "dr
 # a row of GpuScheduler.trace (benchmarks/driver_timeline.py reads them): when the pass began,
 # device idle (1, 0, -1 without events), pages in hand, waiting for detection, orientation
 # batches out, contour jobs out and done, lines queued for recognition, recognition batches out,
-# pages ready to take, MiB of line crops held; then each step's seconds
+# pages ready to take, MiB of line crops held; then each step's seconds, and the driver's CPU
+# seconds in them (less than their sum: waits for the GIL or for the device)
 TRACE_COLUMNS = ("t", "idle", "live", "waiting", "orienting", "contours", "contours_done",
-                 "rec_lines", "rec_out", "inputs", "crop_mib", *(f"s_{n}" for n in STEPS))
+                 "rec_lines", "rec_out", "inputs", "crop_mib", *(f"s_{n}" for n in STEPS), "cpu")
 
 
 class DriverLoop:
@@ -95,13 +96,15 @@ class DriverLoop:
 
     def traced_step(self, trace: list) -> bool:
         """step(), adding a row to ``trace`` (GpuScheduler.trace): the state the pass began
-        with (TRACE_COLUMNS), then each step's seconds."""
+        with (TRACE_COLUMNS), then each step's seconds and the CPU time they took."""
         row = [time.perf_counter(), *self.state()]
         progress = False
+        c0 = time.thread_time()
         for name in STEPS:
             t0 = time.perf_counter()
             progress |= getattr(self, name)()
             row.append(time.perf_counter() - t0)
+        row.append(time.thread_time() - c0)
         trace.append(row)
         return progress
 
