@@ -484,6 +484,9 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-dwnative": {"_env": {"OCRFORGE_TORCH_DEPTHWISE": "native"}},
     # native depthwise kernels in eager calls only (first uses), cuDNN's in the CUDA graphs
     "-dwfirst": {"_env": {"OCRFORGE_TORCH_DEPTHWISE": "first_use"}},
+    # the same with captures (and so cuDNN's plans) on a worker thread, off the driver's path
+    "-dwfirst-bgcap": {"_env": {"OCRFORGE_TORCH_DEPTHWISE": "first_use"},
+                       "runtime.capture_in_background": True},
     "-lesspad-dwnative": {"gpu.bucket_step": 256, "gpu.rec_pow2_rows": True,
                           "_env": {"OCRFORGE_TORCH_DEPTHWISE": "native"}},
     "-head32": {"_env": {"OCRFORGE_TORCH_FP16_SAFE": "0"}},  # recognition's head in FP32 (before)
