@@ -415,10 +415,14 @@ class GpuScheduler:
         n = next((k for k in self.orient_shapes if k >= len(pages)), len(pages))
         crops = po.CENTRE + po.ENDS
         rt = self.orient_runtime()
-        # the crops, then the centre crop turned by 180 (po.confirm), all in one launch
-        x = torch.zeros((n, len(crops) + 1, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
+        # the crops, then the centre crop turned by 180 (po.confirm), all in one launch;
+        # grey levels per page, normalised once for the batch
+        raw = torch.empty((n, len(crops), 3, po.SIZE, po.SIZE), device=self.dev, dtype=torch.float32)
         for k, p in enumerate(pages):
-            x[k, : len(crops)] = po.prepare_torch(p.img, crops)
+            po.crops_torch_into(p.img, crops, raw[k])
+        raw[len(pages):].zero_()  # padding rows (their results are dropped)
+        x = torch.empty((n, len(crops) + 1, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
+        x[:, : len(crops)] = po.normalise_torch(raw)
         x[:, len(crops)] = x[:, 0].flip((-2, -1))
         probs = rt.forward(x.flatten(0, 1)).unflatten(0, (n, len(crops) + 1))
         return self.to_host(probs[: len(pages)].float())

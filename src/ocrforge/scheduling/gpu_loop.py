@@ -263,12 +263,12 @@ class DriverLoop:
         moved = False
         while self.orienting:
             pages, probs, ev = self.orienting[0]
-            idle = not (self.post or self.rec_out or self.n_waiting)
-            if ev is not None and not idle and not ev.query():
+            done = ev is None or ev.query()
+            if not done and (self.post or self.rec_out or self.n_waiting):
                 break
             self.orienting.popleft()
             t0 = time.perf_counter()
-            if ev is not None:
+            if not done:  # nothing else in flight: wait for it (a call that gives up the GIL)
                 ev.synchronize()
             pr = probs.numpy()
             ne = len(po.ENDS)
@@ -418,7 +418,7 @@ class DriverLoop:
         drained = False
         while self.rec_out and (block or self.rec_out[0][-1] is None or self.rec_out[0][-1].query()):
             chunk, wb, idx, conf, space, ev = self.rec_out.popleft()
-            if ev is not None:
+            if block and ev is not None:  # otherwise query() said it is done
                 ev.synchronize()
             if space is None:
                 texts = self.runner.ctc.collapse(idx.numpy(), conf.numpy())

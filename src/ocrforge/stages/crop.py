@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import cv2
@@ -124,7 +125,7 @@ def _sample_lines(src: Any, coef: Any, wmax: int, rec: Any, dtype: Any, mode: st
     the device work is a handful of launches whatever k is (the driver thread issues every one
     of them). The grid is evaluated by float32 elementwise products (IEEE float32, never TF32 as
     a matrix product may be), written into one k x 48 x wmax x 2 tensor: with its temporaries
-    16 bytes a line pixel where the float64 products held 48 (1.0 GiB of the H100's 5.6 GiB
+    20 bytes a line pixel where the float64 products held 48 (1.0 GiB of the H100's 5.6 GiB
     peak, docs/BENCHMARKS.md). Against the float64 grid, crops of 960 dev-set lines differ by
     at most 1.5e-4 (normalised pixels), below FP16's step."""
     import torch
@@ -149,19 +150,25 @@ def _sample_lines(src: Any, coef: Any, wmax: int, rec: Any, dtype: Any, mode: st
 
 def _line_grid(coef: Any, hs: int, wmax: int) -> Any:
     """grid_sample's (x, y) for every pixel (u, v) of k lines of hs x wmax: the homography
-    (c0 u + c1 v + c2, c3 u + c4 v + c5) / (c6 u + c7 v + c8) of each line's coefficients."""
+    (c0 u + c1 v + c2, c3 u + c4 v + c5) / (c6 u + c7 v + c8) of each line's coefficients.
+    The three rows are evaluated together (k x hs x wmax x 3, then one division): a few
+    launches whatever k is, since the driver thread pays for each one."""
     import torch
 
     k, dev = int(coef.shape[0]), coef.device
-    c = coef[:, :9].float().reshape(k, 9, 1, 1).unbind(1)  # nine k x 1 x 1 tensors
-    u = torch.arange(wmax, device=dev, dtype=torch.float32).view(1, 1, wmax)
-    v = torch.arange(hs, device=dev, dtype=torch.float32).view(1, hs, 1)
-    grid = torch.empty((k, hs, wmax, 2), device=dev, dtype=torch.float32)
-    den = torch.addcmul(c[8] + c[7] * v, c[6], u)  # k x hs x wmax
-    for j in (0, 1):
-        a, b, off = c[3 * j], c[3 * j + 1], c[3 * j + 2]
-        torch.div(torch.addcmul(off + b * v, a, u), den, out=grid[..., j])
-    return grid
+    h = coef[:, :9].float().view(k, 1, 1, 3, 3)  # per line: rows x, y, den; columns u, v, 1
+    u = _ramp(wmax, dev).view(1, 1, wmax, 1)
+    v = _ramp(hs, dev).view(1, hs, 1, 1)
+    p = torch.addcmul(torch.addcmul(h[..., 2], h[..., 0], u), h[..., 1], v)
+    return p[..., :2] / p[..., 2:]
+
+
+@lru_cache(maxsize=64)
+def _ramp(n: int, dev: Any) -> Any:
+    """0, 1, ..., n - 1 as float32 on ``dev`` (kept: line widths and heights repeat)."""
+    import torch
+
+    return torch.arange(n, device=dev, dtype=torch.float32)
 
 
 def line_homographies(quads: np.ndarray, w: np.ndarray, h: np.ndarray, vert: np.ndarray,

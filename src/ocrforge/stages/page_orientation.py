@@ -92,6 +92,16 @@ def prepare_torch(img: Any, crops: tuple[float, ...] = CENTRE) -> Any:
     Decisions agree with the host's on the turned dev set (benchmarks/orientation_parity.py,
     docs/ACCURACY.md)."""
     import torch
+
+    out = torch.empty((len(crops), 3, SIZE, SIZE), device=img.device, dtype=torch.float32)
+    crops_torch_into(img, crops, out)
+    return normalise_torch(out)
+
+
+def crops_torch_into(img: Any, crops: tuple[float, ...], out: Any) -> None:
+    """``prepare_torch`` before the normalisation: the crops' RGB grey levels written into
+    ``out`` (len(crops) x 3 x 224 x 224 float32), so a batch of pages is normalised at once."""
+    import torch
     import torch.nn.functional as F
 
     x = img.unsqueeze(0).float()
@@ -101,17 +111,20 @@ def prepare_torch(img: Any, crops: tuple[float, ...] = CENTRE) -> Any:
     s = SHORT / min(h, w)
     rw, rh = max(SIZE, round(w * s)), max(SIZE, round(h * s))
     if (rh, rw) != (h, w):
-        if s < 1:
-            x = torch.einsum("oh,nchw,pw->ncop", _area_weights(h, rh, x), x, _area_weights(w, rw, x))
+        if s < 1:  # area weights each way: two matrix products (as einsum's left-to-right)
+            x = torch.matmul(torch.matmul(_area_weights(h, rh, x), x), _area_weights(w, rw, x).T)
         else:
             x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False)
         x = x.round_()
-    out = []
-    for at in crops:
+    x = x[0].flip(0)  # BGR -> RGB, once for all crops
+    for j, at in enumerate(crops):
         top, left = crop_origin(rh, rw, at)
-        out.append(x[0, :, top : top + SIZE, left : left + SIZE].flip(0))  # BGR -> RGB
-    y = torch.stack(out) / 255.0
-    return (y - constant(_MEAN, (3, 1, 1), y)) / constant(_STD, (3, 1, 1), y)
+        out[j] = x[:, top : top + SIZE, left : left + SIZE]
+
+
+def normalise_torch(y: Any) -> Any:
+    """In place: grey levels (... x 3 x 224 x 224 float32) to the network's ImageNet input."""
+    return y.div_(255.0).sub_(constant(_MEAN, (3, 1, 1), y)).div_(constant(_STD, (3, 1, 1), y))
 
 
 def _area_weights(n_in: int, n_out: int, like: Any) -> Any:
