@@ -602,12 +602,13 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         row["second_pass"]["timeline"] = save_timeline(gp, name or "default")
     gp.trace = None
     row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
-    if ARGS.driver_cprofile and (name or "default") in ARGS.driver_cprofile.split(","):
-        from driver_cprofile import DriverProfile
+    if ARGS.pyspy and (name or "default") in ARGS.pyspy.split(","):
+        from driver_pyspy import PySpy
 
-        with DriverProfile() as prof:  # a 4th pass: the driver's CPU time by function
+        raw = (ARGS.out or Path("/tmp/x")).with_name(f"pyspy_{name or 'default'}.txt")
+        with PySpy(raw) as spy:  # a 4th pass: each thread's CPU time by function (py-spy)
             k = sum(1 for _ in gp.run(real[:n_pages]))
-        row["driver_cprofile"] = prof.summary(k)
+        row["pyspy"] = spy.summary(k)
     row["shape_uses"] = shape_uses(gp)
     if cuda:
         row["reserved_by_stream"] = reserved_by_stream(gp)
@@ -632,7 +633,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"    driver timeline, pass 2 {json.dumps(row['second_pass'].get('timeline'))}\n"
         f"    stats {row['stats']}\n    graph calls "
         f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
-        f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}\n{fmt_cprofile(row.get('driver_cprofile', {}))}")
+        f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}\n{fmt_pyspy(row.get('pyspy', {}))}")
     eng.close()
     sys.setswitchinterval(switch)
     _restore_env(saved_env)
@@ -736,10 +737,10 @@ def pool_pass(read, pages: list) -> dict:
             "gpu_util": smp.summary(), "peak_mem_GiB": smp.summary().get("mem_used_max_MiB", -1) / 1024}
 
 
-def fmt_cprofile(s: dict) -> str:
-    from driver_cprofile import fmt
+def fmt_pyspy(s: dict) -> str:
+    from driver_pyspy import fmt
 
-    return fmt(s)
+    return fmt(s) if "error" not in s else f"py-spy: {s['error']}"
 
 
 def fmt_profile(p: dict) -> str:
@@ -916,9 +917,9 @@ def main() -> None:
     ap.add_argument("--variants", default="default,16mp,noori,hostdec,nolayout",
                     help="variants section: the default engine with one change each")
     ap.add_argument("--variant-pages", type=int, default=504, help="real-mix pages per variant")
-    ap.add_argument("--driver-cprofile", default="",
-                    help="variants (by name, 'default' too) given a 4th pass with the driver "
-                         "thread's CPU time by function (cProfile)")
+    ap.add_argument("--pyspy", default="",
+                    help="variants (by name, 'default' too) given a 4th pass under py-spy: each "
+                         "thread's CPU time by function (needs the py-spy binary)")
     ap.add_argument("--timeline", type=int, default=1,
                     help="variants: trace the driver's passes in pass 2 (driver_timeline.py)")
     ap.add_argument("--kernel-pages", type=int, default=0,
