@@ -28,8 +28,10 @@ _FRAME = re.compile(r"^(?P<fn>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
 
 class PySpy:
-    def __init__(self, out: Path, rate: int = 250):
-        self.out, self.rate = Path(out), rate
+    def __init__(self, out: Path, rate: int = 250, gil: bool = False):
+        """``gil``: sample only the thread holding the interpreter lock (py-spy --gil), so the
+        samples of a thread kind over rate x wall are the share of time it held the lock."""
+        self.out, self.rate, self.gil = Path(out), rate, gil
         self.proc: subprocess.Popen | None = None
         self.t0 = self.wall = 0.0
 
@@ -39,7 +41,7 @@ class PySpy:
             return self
         self.proc = subprocess.Popen(
             [exe, "record", "-p", str(os.getpid()), "--threads", "--nonblocking", "--format",
-             "raw", "-r", str(self.rate), "-o", str(self.out)],
+             "raw", "-r", str(self.rate), "-o", str(self.out), *(["--gil"] if self.gil else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # attach before the pass starts
         self.t0 = time.perf_counter()
@@ -60,7 +62,10 @@ class PySpy:
         if not self.out.exists():
             err = self.proc.stderr.read().decode()[-500:] if self.proc.stderr else ""
             return {"error": f"py-spy wrote nothing: {err}"}
-        return summarise(self.out.read_text(), pages, self.rate, top) | {"wall_s": round(self.wall, 3)}
+        out = summarise(self.out.read_text(), pages, self.rate, top)
+        for k in out.values():  # the share of the pass this thread kind was on a CPU (or held
+            k["share_of_wall"] = round(k["cpu_ms_per_page"] * pages / 1e3 / self.wall, 3)  # the GIL)
+        return out | {"wall_s": round(self.wall, 3), "gil_only": self.gil}
 
 
 def summarise(raw: str, pages: int, rate: int, top: int = 30) -> dict:
@@ -113,8 +118,10 @@ def fmt(s: dict, n: int = 25) -> str:
     for name, k in s.items():
         if not isinstance(k, dict) or "cpu_ms_per_page" not in k:
             continue
-        out.append(f"py-spy CPU {name}: {k['cpu_ms_per_page']} ms a page; by step {k['by_step']}")
-        if name.startswith("ocrforge-gpu-driver"):
+        what = "GIL held" if s.get("gil_only") else "CPU"
+        out.append(f"py-spy {what} {name}: {k['cpu_ms_per_page']} ms a page ({k['share_of_wall']} of "
+                   f"the pass); by step {k['by_step']}")
+        if name.startswith("ocrforge-gpu-driver") or (s.get("gil_only") and len(out) < 200):
             out.append("  self ms a page:")
             out += [f"    {v:8.3f}  {f}" for f, v in list(k["self"].items())[:n]]
             out.append("  total ms a page:")

@@ -606,9 +606,12 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         from driver_pyspy import PySpy
 
         raw = (ARGS.out or Path("/tmp/x")).with_name(f"pyspy_{name or 'default'}.txt")
-        with PySpy(raw) as spy:  # a 4th pass: each thread's CPU time by function (py-spy)
+        gil = raw.with_name(f"pyspy_gil_{name or 'default'}.txt")
+        # a 4th pass: each thread's CPU time by function, and who holds the interpreter lock
+        with PySpy(raw) as spy, PySpy(gil, gil=True) as spy_gil:
             k = sum(1 for _ in gp.run(real[:n_pages]))
         row["pyspy"] = spy.summary(k)
+        row["pyspy_gil"] = spy_gil.summary(k)
     row["shape_uses"] = shape_uses(gp)
     if cuda:
         row["reserved_by_stream"] = reserved_by_stream(gp)
@@ -633,7 +636,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"    driver timeline, pass 2 {json.dumps(row['second_pass'].get('timeline'))}\n"
         f"    stats {row['stats']}\n    graph calls "
         f"{row['graph_calls']} (pass 1 {row['first_pass']['graph_calls']}, pass 2 "
-        f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}\n{fmt_pyspy(row.get('pyspy', {}))}")
+        f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}\n{fmt_pyspy(row.get('pyspy', {}))}\n{fmt_pyspy(row.get('pyspy_gil', {}))}")
     eng.close()
     sys.setswitchinterval(switch)
     _restore_env(saved_env)
