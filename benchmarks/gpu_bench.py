@@ -430,6 +430,10 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-nolayout": {"layout.enabled": False}, "-layout0": {"gpu.layout_processes": 0},
     "-layout8": {"gpu.layout_processes": 8},
     "-sw1": {"_switch_ms": 1.0},  # the interpreter's GIL switch interval at 1 ms (default 5)
+    "-sw05": {"_switch_ms": 0.5},
+    # the cyclic garbage collector: everything alive after the first page frozen (never
+    # traversed again), or young generations collected 30x less often
+    "-gcfreeze": {"_gc": "freeze"}, "-gcbig": {"_gc": (20000, 20, 10)},
     # driver processes (gpu.processes; the default picks from memory and CPUs)
     "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
@@ -557,6 +561,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     trace = MemoryTrace() if change.pop("_memtrace", False) and cuda else None
     alloc = change.pop("_alloc", None)
     env = change.pop("_env", {})
+    gc_how = change.pop("_gc", None)  # applied after the first page
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if alloc and cuda:
@@ -569,7 +574,9 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     gp = None if pool is not None else eng.gpu_scheduler()
     read = eng.read_many if pool is not None else gp.run
     list(read(real[:1]))
-    row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": time.perf_counter() - t0,
+    first_page_s = time.perf_counter() - t0
+    gc_undo = _gc_change(gc_how)
+    row: dict = {"change": DEFAULT_VARIANTS[name], "first_page_s": first_page_s,
                  "processes": len(pool.engines) if pool is not None else 1}
     dpages = list(read([str(r.image) for r in recs]))  # also the warm-up of the shapes
     sc = score_pages(recs, dpages)["overall"]
@@ -589,6 +596,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
             f"{row['dev_cer_aligned'] or -1:.4f}) det F1 {row['dev_det_f1'] or -1:.4f}")
         eng.close()
         sys.setswitchinterval(switch)
+        gc_undo()
         _restore_env(saved_env)
         return
     # pass 1 still captures the CUDA graphs of shapes met for the second time; pass 2 (the
@@ -639,11 +647,32 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         f"{row['second_pass']['graph_calls']})\n{extra}{fmt_profile(row.get('profile', {}))}\n{fmt_pyspy(row.get('pyspy', {}))}\n{fmt_pyspy(row.get('pyspy_gil', {}))}")
     eng.close()
     sys.setswitchinterval(switch)
+    gc_undo()
     _restore_env(saved_env)
     del gp, eng
     if alloc and cuda:
         torch.cuda.empty_cache()
         torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
+
+
+def _gc_change(how):
+    """Apply a variant's garbage-collector change ("freeze", or thresholds); returns its undo."""
+    import gc
+
+    if how is None:
+        return lambda: None
+    old = gc.get_threshold()
+    if how == "freeze":
+        gc.collect()
+        gc.freeze()
+    else:
+        gc.set_threshold(*how)
+
+    def undo() -> None:
+        gc.unfreeze()
+        gc.set_threshold(*old)
+
+    return undo
 
 
 def save_timeline(gp, name: str) -> dict:
