@@ -434,6 +434,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # the cyclic garbage collector: everything alive after the first page frozen (never
     # traversed again), or young generations collected 30x less often
     "-gcfreeze": {"_gc": "freeze"}, "-gcbig": {"_gc": (20000, 20, 10)},
+    "-nogcfreeze": {"gpu.gc_freeze": False},  # the engine's own freeze off (its default: on)
     # driver processes (gpu.processes; the default picks from memory and CPUs)
     "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},
@@ -610,7 +611,7 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
         row["second_pass"]["timeline"] = save_timeline(gp, name or "default")
     gp.trace = None
     row.update(real_pass(gp, real[:n_pages], cuda, profile=trace is None))
-    if ARGS.pyspy and (name or "default") in ARGS.pyspy.split(","):
+    if ARGS.pyspy and (name or "default").lstrip("-") in ARGS.pyspy.split(","):
         from driver_pyspy import PySpy
 
         raw = (ARGS.out or Path("/tmp/x")).with_name(f"pyspy_{name or 'default'}.txt")

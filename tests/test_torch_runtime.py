@@ -1175,6 +1175,16 @@ def test_gpu_idle_run_captures_the_other_detection_batch_shape(pages):
     eng.close()
 
 
+def test_a_run_with_gc_freeze_off_leaves_the_collector_alone(pages):
+    from ocrforge.scheduling import gc_freeze
+
+    held = gc_freeze.held()
+    eng = OCR(runtime="torch", device="cpu", **{"gpu.gc_freeze": False})
+    assert [p.text for p in eng.gpu_scheduler().run(pages[:1])]
+    assert gc_freeze.held() == held
+    eng.close()
+
+
 def test_a_closed_engine_lets_its_scheduler_and_driver_thread_go(pages):
     """The kept driver thread (threads.Reusable) held its last job, and with it the scheduler,
     its runtimes and (on CUDA) their graphs, after the engine was closed: peak GPU memory grew
@@ -1187,13 +1197,18 @@ def test_a_closed_engine_lets_its_scheduler_and_driver_thread_go(pages):
     def drivers() -> set[threading.Thread]:
         return {t for t in threading.enumerate() if t.name.startswith("ocrforge-gpu-driver")}
 
+    from ocrforge.scheduling import gc_freeze
+
     before = drivers()
+    frozen = gc_freeze.held()
     eng = OCR(runtime="torch", device="cpu")
     gs = eng.gpu_scheduler()
     texts = [p.text for p in gs.run(pages[:1])]
     assert texts and drivers() - before
+    assert gc_freeze.held() == frozen + 1 and gc.get_freeze_count() > 0  # gpu.gc_freeze
     ref = weakref.ref(gs)
     eng.close()
+    assert gc_freeze.held() == frozen  # closing released the heap freeze
     del gs, eng
     for _ in range(50):  # the thread leaves within a moment of close()
         gc.collect()

@@ -240,6 +240,10 @@ class GpuConfig(_Section):
     # A shape's first call in the driver thread builds its cuDNN plans (0.4-2.5 s on the H100,
     # 2026-12-06), which a served page would otherwise wait for
     capture_when_idle: bool = True
+    # freeze the objects alive when the first run starts (gc.freeze), so the garbage
+    # collector's full passes skip them: a full pass over torch and the engine stopped every
+    # thread of a run for up to ~200 ms; undone when the engine closes (scheduling/gc_freeze.py)
+    gc_freeze: bool = True
     # input pixels per detection call (millions): bounds GPU memory (activations and graph
     # pools scale with it); a big card may raise it for a little more throughput
     det_batch_megapixels: float = Field(4.0, gt=0)

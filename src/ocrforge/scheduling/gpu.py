@@ -54,6 +54,7 @@ from ocrforge.core import PageRunner, looks_like_crop
 from ocrforge.io.inputs import InputError, PageImage, describe
 from ocrforge.result import Page
 from ocrforge.runtimes.base import DeviceRuntime
+from ocrforge.scheduling import gc_freeze
 from ocrforge.scheduling.gpu_loop import END as _END
 from ocrforge.scheduling.gpu_loop import DriverLoop
 from ocrforge.scheduling.layout_workers import PendingLayout
@@ -214,6 +215,7 @@ class GpuScheduler:
         self.crop_dtype = torch.uint8 if g.grey_crops else self.rec.dtype
         self.orient_shapes = sorted({min(8, g.orient_batch), g.orient_batch})
         self.capture_when_idle = g.capture_when_idle
+        self.gc_freeze = g.gc_freeze
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
         self.stats = SchedulerStats()
         # a list to trace the driver's passes into (gpu_loop.TRACE_COLUMNS; a diagnostic for
@@ -575,6 +577,7 @@ class GpuScheduler:
         return all(rt.wait_captures(timeout) for rt in rts if hasattr(rt, "wait_captures"))
 
     def close(self) -> None:
+        gc_freeze.release(self)
         self.drivers.close()
         if self._dbpool is not None:
             self._dbpool.close()
@@ -656,6 +659,8 @@ class GpuScheduler:
         s.det_limit = self.limit
         self.ensure_db_pool()
         self.ensure_layout_pool(s)
+        if self.gc_freeze:
+            gc_freeze.hold(self)
         w = Workers("ocrforge-gpu")  # closing the run stops and joins its threads (threads.py)
         out_q = w.queue(self.max_inflight * 2)
         in_q = w.queue(self.max_inflight)

@@ -1,0 +1,50 @@
+"""Keep the cyclic garbage collector's full passes off the GPU engine's objects while it runs.
+
+A full collection walks every tracked object of the process with the interpreter lock held.
+With torch and an engine loaded that walk stopped every thread of a GPU run for up to ~200 ms
+at a time (the GIL probe's longest wait), and the driver thread, which launches all device
+work, paid for collections that other threads' allocations had triggered. ``gc.freeze()``
+moves the objects alive at that moment (modules, networks, the engine) to a generation the
+collector never walks: the longest wait fell to 34 ms and the rate rose (H100, 2026-12-07,
+docs/BENCHMARKS.md).
+
+The freeze is held while any GPU scheduler that asked for it is open and undone when the last
+one closes, so a closed engine's objects are collectable again. Objects frozen are still freed
+by reference counting; only cyclic garbage among them waits for the unfreeze.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+_lock = threading.Lock()
+_holders: set[int] = set()
+
+
+def hold(owner: object) -> bool:
+    """Freeze the heap for ``owner`` (frozen once, however many owners); whether it froze now."""
+    with _lock:
+        first = not _holders
+        if id(owner) in _holders:
+            return False
+        _holders.add(id(owner))
+        if first:
+            gc.freeze()
+        return first
+
+
+def release(owner: object) -> None:
+    """``owner`` no longer needs the freeze; the last owner's release unfreezes."""
+    with _lock:
+        if id(owner) not in _holders:
+            return
+        _holders.discard(id(owner))
+        if not _holders:
+            gc.unfreeze()
+
+
+def held() -> int:
+    """How many owners hold the freeze."""
+    with _lock:
+        return len(_holders)

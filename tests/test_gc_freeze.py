@@ -1,0 +1,36 @@
+"""The GPU engine's heap freeze (scheduling/gc_freeze.py, gpu.gc_freeze): held once however many
+schedulers ask, undone when the last one lets go, so their objects are collectable again."""
+
+import gc
+import weakref
+
+from ocrforge.scheduling import gc_freeze
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_frozen_cyclic_garbage_is_collected_once_the_last_holder_lets_go(monkeypatch):
+    # on its own: engines of other tests may hold the freeze in this process
+    monkeypatch.setattr(gc_freeze, "_holders", set())
+    was_frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    a, b = object(), object()
+    obj = _Cycle()
+    ref = weakref.ref(obj)
+    assert gc_freeze.hold(a) is True and gc.get_freeze_count() > 0
+    assert gc_freeze.hold(b) is False and gc_freeze.hold(a) is False  # frozen once, held twice
+    del obj
+    gc.collect()
+    assert ref() is not None  # frozen: the collector does not walk it
+    gc_freeze.release(a)
+    gc.collect()
+    assert ref() is not None and gc_freeze.held() == 1  # b still holds it
+    gc_freeze.release(b)
+    gc_freeze.release(b)  # a second release is harmless
+    gc.collect()
+    assert ref() is None and gc_freeze.held() == 0 and gc.get_freeze_count() == 0
+    if was_frozen:  # as the other tests' engines left it
+        gc.freeze()
