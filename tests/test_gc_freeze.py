@@ -34,3 +34,22 @@ def test_frozen_cyclic_garbage_is_collected_once_the_last_holder_lets_go(monkeyp
     assert ref() is None and gc_freeze.held() == 0 and gc.get_freeze_count() == 0
     if was_frozen:  # as the other tests' engines left it
         gc.freeze()
+
+
+def test_garbage_left_before_the_freeze_is_collected_not_frozen(monkeypatch):
+    """An engine closed earlier leaves cyclic garbage (its CUDA graphs among it, on a GPU):
+    frozen with the rest it stayed in memory until the unfreeze (bench, H100, 2026-12-07)."""
+    monkeypatch.setattr(gc_freeze, "_holders", set())
+    was_frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    old = _Cycle()
+    ref = weakref.ref(old)
+    del old
+    owner = object()
+    gc_freeze.hold(owner)
+    try:
+        assert ref() is None
+    finally:
+        gc_freeze.release(owner)
+        if was_frozen:
+            gc.freeze()

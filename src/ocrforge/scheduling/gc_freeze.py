@@ -10,7 +10,10 @@ docs/BENCHMARKS.md).
 
 The freeze is held while any GPU scheduler that asked for it is open and undone when the last
 one closes, so a closed engine's objects are collectable again. Objects frozen are still freed
-by reference counting; only cyclic garbage among them waits for the unfreeze.
+by reference counting; only cyclic garbage among them waits for the unfreeze. A collection runs
+just before the freeze (once, when the first run starts): without it the garbage of an engine
+closed earlier in the process, CUDA graphs included, was frozen with the rest (the bench's
+second and third engines reserved 14.6 and 18.3 GiB against 9.3).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ def hold(owner: object) -> bool:
         if id(owner) in _holders:
             return False
         _holders.add(id(owner))
-        if first:
+        if first:  # garbage is collected first: a closed engine's graphs must not be frozen
+            gc.collect()
             gc.freeze()
         return first
 
