@@ -53,3 +53,23 @@ def test_garbage_left_before_the_freeze_is_collected_not_frozen(monkeypatch):
         gc_freeze.release(owner)
         if was_frozen:
             gc.freeze()
+
+
+def test_the_last_release_collects_what_the_freeze_kept(monkeypatch):
+    """After the unfreeze a closed engine's cycles sat in the oldest generation until some
+    later full collection: the next engine's bench row reserved 14.0 GiB against 9.3."""
+    monkeypatch.setattr(gc_freeze, "_holders", set())
+    was_frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    owner = object()
+    gc_freeze.hold(owner)
+    kept = _Cycle()
+    ref = weakref.ref(kept)
+    del kept
+    gc.freeze()  # as if it had been alive at the freeze
+    gc_freeze.release(owner)
+    try:
+        assert ref() is None
+    finally:
+        if was_frozen:
+            gc.freeze()

@@ -44,8 +44,9 @@ def release(owner: object) -> None:
         if id(owner) not in _holders:
             return
         _holders.discard(id(owner))
-        if not _holders:
-            gc.unfreeze()
+        if not _holders:  # the closed engine's cycles (CUDA graphs among them) go now, not
+            gc.unfreeze()  # at some later full collection
+            gc.collect()
 
 
 def held() -> int:
