@@ -478,7 +478,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # contour jobs taken oldest first only, as before 2026-12-07 (now: whichever finished)
     "-boxesfifo": {"_patch": "boxes_fifo"},
     # one CUDA-graph pool and capture stream for detection, recognition and orientation
-    "-sharedpool": {"runtime.shared_graph_pool": True},
+    "-sharedpool": {"runtime.shared_graph_pool": True},  # the default since 2026-12-07
+    "-poolper": {"runtime.shared_graph_pool": False},  # a graph pool per network, as before
     "-inlinecap": {"runtime.capture_in_background": False},  # captures on the driver thread
     "-bgcap": {"runtime.capture_in_background": True},  # captures by a worker thread
     # a shape captured after 8 / 32 eager uses instead of 1 (rare shapes stay eager)

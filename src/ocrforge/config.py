@@ -128,8 +128,9 @@ class RuntimeConfig(_Section):
     # orientation instead of one each: their graphs replay one after another on the driver's
     # stream, so one network's temporaries can use memory another's left free (the pools were
     # 2.9 + 0.9 + 0.4 GiB on the H100, 2026-12-07). Measured: one pool of 3.8 GiB, same rate and
-    # dev-set reading (H100, 2026-12-07, docs/BENCHMARKS.md); off until its GPU reading test has run
-    shared_graph_pool: bool = False
+    # dev-set reading; its many-page reading test passed on the H100 (2026-12-07,
+    # docs/BENCHMARKS.md)
+    shared_graph_pool: bool = True
     # ONNX Runtime execution providers by short or full name, e.g. ["tensorrt", "cuda", "cpu"]
     providers: list[str] = Field(default_factory=lambda: ["cpu"])
     # backend openvino: "auto" = OpenVINO's choice for this CPU (BF16 where the CPU has it)
