@@ -100,7 +100,8 @@ def main() -> None:
            "by_step": {s: round(c / k, 1) for s, c in mode.by_step.most_common()},
            "by_op": {o: round(c / k, 2) for o, c in mode.by_op.most_common(40)},
            "stats": {"det_batches": sch.stats.det_batches, "rec_batches": sch.stats.rec_batches,
-                     "orient_batches": sch.stats.orient_batches}}
+                     "orient_batches": sch.stats.orient_batches,
+                     "orient_second": sch.stats.orient_second}}
     print(json.dumps(out, indent=1))
     eng.close()
 

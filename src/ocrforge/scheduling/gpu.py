@@ -3,12 +3,13 @@ do the work (on device tensors) and the runner's ``assemble`` builds every Page.
 
     decode       CPU threads read files / decode non-JPEG pages and pin them;
                  plain JPEGs go to the GPU thread as bytes (batched nvJPEG decode there)
-    orient       whole-page 0/90/180/270 on the device: pages of a batch resized into
-                 224 x 224 crops (page_orientation.prepare_torch: the centre and both ends of
-                 every page, so an unsure centre needs no second launch, and the centre
-                 turned by 180 for page_orientation.confirm), the native classifier, the
-                 probabilities read back asynchronously and decided as on the host
-                 (page_orientation.decide, confirm), turned pages rotated on the device
+    orient       whole-page 0/90/180/270 on the device, in two stages as on the host: the
+                 centre 224 x 224 crop of every page of a batch (page_orientation.
+                 crops_torch_into), the native classifier, the probabilities read back
+                 asynchronously; pages whose centre is unsure or says 180 (a fifth of the dev
+                 set) then get their end crops and the centre turned by 180 in a second
+                 launch, and are decided as on the host (page_orientation.decide, confirm);
+                 turned pages rotated on the device
     detect       pages resized + normalised into a fixed set of page buckets (DetPreprocessor.
                  prepare_torch), DB network (CUDA graph per bucket), binarised on the device
                  inside the same graph (detect.DetMapsPost)
@@ -111,6 +112,9 @@ class GpuPage:
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     plan: CropPlan | None = None  # its lines' crops, planned on the host (plan_lines)
+    # page orientation: the centre crop's probabilities, kept while its second stage (the end
+    # crops and the centre turned by 180) runs (DriverLoop.finish_orient)
+    ori_centre: np.ndarray | None = None
 
     @property
     def height(self) -> int:
@@ -121,6 +125,11 @@ class GpuPage:
         return self.w
 
 
+# network rows a page in each page-orientation stage (run_orient): the centre crop; the end
+# crops and the centre turned by 180
+ORIENT_ROWS = {1: 1, 2: len(po.ENDS) + 1}
+
+
 @dataclass
 class SchedulerStats:
     pages: int = 0
@@ -128,6 +137,7 @@ class SchedulerStats:
     det_batches: int = 0
     rec_batches: int = 0
     orient_batches: int = 0
+    orient_second: int = 0  # pages that needed orientation's second stage (run_orient)
     pages_turned: int = 0
     det_s: float = 0.0  # GPU-thread wall time in each stage (launch + any sync)
     orient_s: float = 0.0
@@ -299,8 +309,7 @@ class GpuScheduler:
                                 self.rec_post(steps))
             ori = self.orient_runtime()
             if ori is not None:
-                per = 1 + len(po.ENDS) + 1  # centre, ends, centre turned 180
-                ori.warmup([(n * per, 3, po.SIZE, po.SIZE) for n in self.orient_shapes])
+                ori.warmup([(n, 3, po.SIZE, po.SIZE) for n in self.orient_row_shapes()])
         self.stats.warmup_s = time.perf_counter() - t0
         return self.stats.warmup_s
 
@@ -329,9 +338,8 @@ class GpuScheduler:
                 yield self.rec, (n, 3, self.runner.rec_prep.height, wb), self.rec_post(steps)
         ori = self.orient_runtime()
         if ori is not None and getattr(ori, "uses", None):
-            per = 1 + len(po.ENDS) + 1  # centre, ends, centre turned 180 (run_orient)
-            for n in self.orient_shapes:
-                yield ori, (n * per, 3, po.SIZE, po.SIZE), None
+            for n in self.orient_row_shapes():
+                yield ori, (n, 3, po.SIZE, po.SIZE), None
 
     # ------------------------------------------------------------------ device pieces
     def upload(self, p: GpuPage) -> None:
@@ -410,23 +418,34 @@ class GpuScheduler:
         except Exception as e:
             p.error = f"cannot read ({type(e).__name__}: {e})"
 
-    def run_orient(self, pages: list[GpuPage]) -> tuple:
-        """Page orientation probabilities of these pages, pages x crops (centre, the ends, the
-        centre turned by 180) x angles (async copy to the host + event)."""
-        # two batch shapes (few graphs to capture); the network is small, padding is cheap
+    def orient_row_shapes(self) -> list[int]:
+        """The network batch shapes (rows) of page orientation: both stages at both page
+        counts (run_orient)."""
+        return sorted({n * r for r in ORIENT_ROWS.values() for n in self.orient_shapes})
+
+    def run_orient(self, pages: list[GpuPage], stage: int = 1) -> tuple:
+        """Page orientation probabilities of these pages, pages x crops x angles (async copy to
+        the host + event). Stage 1: the centre crop of every page. Stage 2, for the pages whose
+        centre was unsure or said 180 (about a quarter of the dev set's pages): the ``ENDS``
+        crops, then the centre turned by 180 (po.decide, po.confirm)."""
+        # two batch shapes a stage (few graphs to capture); the network is small, padding is cheap
         n = next((k for k in self.orient_shapes if k >= len(pages)), len(pages))
-        crops = po.CENTRE + po.ENDS
+        crops = po.CENTRE if stage == 1 else po.CENTRE + po.ENDS
         rt = self.orient_runtime()
-        # the crops, then the centre crop turned by 180 (po.confirm), all in one launch;
         # grey levels per page, normalised once for the batch
         raw = torch.empty((n, len(crops), 3, po.SIZE, po.SIZE), device=self.dev, dtype=torch.float32)
         for k, p in enumerate(pages):
             po.crops_torch_into(p.img, crops, raw[k])
         raw[len(pages):].zero_()  # padding rows (their results are dropped)
-        x = torch.empty((n, len(crops) + 1, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
-        x[:, : len(crops)] = po.normalise_torch(raw)
-        x[:, len(crops)] = x[:, 0].flip((-2, -1))
-        probs = rt.forward(x.flatten(0, 1)).unflatten(0, (n, len(crops) + 1))
+        po.normalise_torch(raw)
+        rows = ORIENT_ROWS[stage]
+        x = torch.empty((n, rows, 3, po.SIZE, po.SIZE), device=self.dev, dtype=rt.dtype)
+        if stage == 1:
+            x.copy_(raw)
+        else:  # the end crops, then the centre turned by 180, all in one launch
+            x[:, : rows - 1] = raw[:, 1:]
+            x[:, rows - 1] = raw[:, 0].flip((-2, -1))
+        probs = rt.forward(x.flatten(0, 1)).unflatten(0, (n, rows))
         return self.to_host(probs[: len(pages)].float())
 
     def run_det(self, pages: list[GpuPage], hb: int, wb: int) -> tuple:

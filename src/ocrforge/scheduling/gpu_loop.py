@@ -55,7 +55,7 @@ class DriverLoop:
         self.in_q, self.out_q, self.pool, self.stop = in_q, out_q, pool, stop
         self.waiting: dict[tuple[int, int], list[GpuPage]] = {}  # pages waiting for detection
         self.n_waiting = 0
-        self.orienting: deque[tuple[list[GpuPage], torch.Tensor, Any]] = deque()
+        self.orienting: deque[tuple[list[GpuPage], torch.Tensor, Any, int]] = deque()  # + stage
         self.post: deque[Future] = deque()  # contour jobs
         self.rec_q: dict[int, list[tuple[GpuPage, int, torch.Tensor, int, int]]] = {}
         self.rec_t: dict[int, list[float]] = {}  # when each line of rec_q joined it
@@ -238,15 +238,17 @@ class DriverLoop:
                 self.place(p)
         self.launch_orient(todo)
 
-    def launch_orient(self, todo: list[GpuPage]) -> None:
+    def launch_orient(self, todo: list[GpuPage], stage: int = 1) -> None:
         sch = self.sch
         t0 = time.perf_counter()
-        for p in todo:
-            p.t_ori = t0
+        if stage == 1:
+            for p in todo:
+                p.t_ori = t0
         for i in range(0, len(todo), sch.orient_batch):
             chunk = todo[i : i + sch.orient_batch]
-            for g, probs, ev in sch.with_oom_retry("orient", lambda g: (g, *sch.run_orient(g)), chunk):
-                self.orienting.append((g, probs, ev))
+            for g, probs, ev in sch.with_oom_retry(
+                    "orient", lambda g: (g, *sch.run_orient(g, stage)), chunk):
+                self.orienting.append((g, probs, ev, stage))
                 self.last_ev = ev
                 self.stats.orient_batches += 1
         self.stats.orient_s += time.perf_counter() - t0
@@ -262,7 +264,7 @@ class DriverLoop:
         """Decisions whose copy is done (or any, when nothing else is in flight)."""
         moved = False
         while self.orienting:
-            pages, probs, ev = self.orienting[0]
+            pages, probs, ev, stage = self.orienting[0]
             done = ev is None or ev.query()
             if not done and (self.post or self.rec_out or self.n_waiting):
                 break
@@ -271,19 +273,47 @@ class DriverLoop:
             if not done:  # nothing else in flight: wait for it (a call that gives up the GIL)
                 ev.synchronize()
             pr = probs.numpy()
-            ne = len(po.ENDS)
-            ends = pr[:, 1 : 1 + ne]
-            angles = po.confirm(po.decide(pr[:, 0], po.THRESH, ends), pr[:, 1 + ne], po.THRESH, ends)
-            for p, angle in zip(pages, angles, strict=True):
-                if angle:
-                    p.img = po.upright_torch(p.img, angle)
-                    p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])
-                    p.rotation = angle
-                    self.stats.pages_turned += 1
-                self.place(p)
+            if stage == 1:
+                self.decide_centre(pages, pr[:, 0])
+            else:
+                self.decide_second(pages, pr)
             self.stats.orient_s += time.perf_counter() - t0
             moved = True
         return moved
+
+    def decide_centre(self, pages: list[GpuPage], centre: np.ndarray) -> None:
+        """Orientation's first stage back: pages the centre crop decides (sure, and not
+        upside down) are placed; the rest go to the second stage (po.decide, po.confirm)."""
+        angles = po.decide(centre, po.THRESH)
+        again = set(po.unsure(centre, po.THRESH)) | set(po.pages_to_confirm(angles))
+        second = []
+        for i, p in enumerate(pages):
+            if i in again:
+                p.ori_centre = centre[i]
+                second.append(p)
+            else:
+                self.turn_and_place(p, angles[i])
+        if second:
+            self.stats.orient_second += len(second)
+            self.launch_orient(second, stage=2)
+
+    def decide_second(self, pages: list[GpuPage], pr: np.ndarray) -> None:
+        """The second stage back: ends and the turned centre decide with the centre kept."""
+        ne = len(po.ENDS)
+        ends, back = pr[:, :ne], pr[:, ne]
+        centre = np.stack([p.ori_centre for p in pages])
+        angles = po.confirm(po.decide(centre, po.THRESH, ends), back, po.THRESH, ends)
+        for p, angle in zip(pages, angles, strict=True):
+            p.ori_centre = None
+            self.turn_and_place(p, angle)
+
+    def turn_and_place(self, p: GpuPage, angle: int) -> None:
+        if angle:
+            p.img = po.upright_torch(p.img, angle)
+            p.h, p.w = int(p.img.shape[1]), int(p.img.shape[2])
+            p.rotation = angle
+            self.stats.pages_turned += 1
+        self.place(p)
 
     def launch_det(self) -> bool:
         launched = False
