@@ -435,6 +435,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     # traversed again), or young generations collected 30x less often
     "-gcfreeze": {"_gc": "freeze"}, "-gcbig": {"_gc": (20000, 20, 10)},
     "-nogcfreeze": {"gpu.gc_freeze": False},  # the engine's own freeze off (its default: on)
+    # fewer pages decoded ahead of the driver (default ~192: 64 decoding, 128 queued)
+    "-ahead48": {"gpu.decode_ahead": 48}, "-ahead24": {"gpu.decode_ahead": 24},
     # driver processes (gpu.processes; the default picks from memory and CPUs)
     "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},

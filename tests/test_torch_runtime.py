@@ -176,6 +176,19 @@ def test_a_crop_budget_bounds_the_line_crops_held_and_reads_the_same(pages, torc
     assert 0 < tight.stats.crop_peak_mb < free.stats.crop_peak_mb
 
 
+def test_a_short_decode_ahead_window_reads_the_same_pages_in_order(pages, torch_cpu_engine):
+    """gpu.decode_ahead bounds the pages decoded ahead of the driver (with nvJPEG they wait in
+    device memory): the default is 1.5 x max_inflight (64 decoding, 128 queued), the least one
+    page decoding and two queued; every page still comes back, in order, read the same."""
+    free = _scheduler(torch_cpu_engine)
+    assert (free.decode_window, free.decoded_queue) == (64, 128)
+    many = [pages[k % 2] for k in range(9)]
+    want = [p.text for p in free.run(many)]
+    tight = _scheduler(torch_cpu_engine, decode_ahead=3)
+    assert (tight.decode_window, tight.decoded_queue) == (1, 2)
+    assert [p.text for p in tight.run(many)] == want
+
+
 def test_time_with_the_inflight_window_full_is_counted(pages, torch_cpu_engine):
     """stats.inflight_full_s: how long the driver held gpu.max_inflight pages and took no more
     (is the window what bounds a run?). A window of 2 fills on 6 pages; one of 128 does not."""

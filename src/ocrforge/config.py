@@ -211,6 +211,10 @@ class GpuConfig(_Section):
     # processes for the layout stage (None: auto on CUDA, 0 on CPU: on the driver thread)
     layout_processes: int | None = Field(None, ge=0)
     max_inflight: int = Field(128, ge=2)  # pages taken in and not yet emitted
+    # pages decoded ahead of the driver thread: a third being decoded, two thirds decoded and
+    # waiting to be taken in. With nvJPEG they wait in device memory: the decode stream held
+    # 1.9 GiB at the default, ~192 pages (H100, 2026-12-07); None: 1.5 x max_inflight
+    decode_ahead: int | None = Field(None, ge=3)
     # line crops held for recognition (MiB, None: no bound): more pages are cut only while the
     # crops held stay under it (one page's always). Trades speed for peak GPU memory; crops
     # were the largest live item at the peak (H200, 2026-12-04)

@@ -209,6 +209,8 @@ class GpuScheduler:
         self.gpu_decode = g.decode and self.cuda and _has_nvjpeg()
         self.decode_in_threads = self.gpu_decode and g.decode_in_threads
         self.max_inflight = g.max_inflight
+        ahead = g.decode_ahead or self.max_inflight * 3 // 2
+        self.decode_window, self.decoded_queue = max(1, ahead // 3), max(1, ahead - ahead // 3)
         self.max_crop_bytes = g.max_crop_megabytes * 2**20 if g.max_crop_megabytes else None
         self.max_wait = g.max_wait_ms / 1e3
         self.launch_when_idle = g.launch_when_idle
@@ -682,7 +684,7 @@ class GpuScheduler:
             gc_freeze.hold(self)
         w = Workers("ocrforge-gpu")  # closing the run stops and joins its threads (threads.py)
         out_q = w.queue(self.max_inflight * 2)
-        in_q = w.queue(self.max_inflight)
+        in_q = w.queue(self.decoded_queue)
         stop = w.stop
         pool = ThreadPoolExecutor(self.post_workers, thread_name_prefix="ocrforge-gpu-post")
         decoders = ThreadPoolExecutor(max(2, self.post_workers // 2),
@@ -728,7 +730,7 @@ class GpuScheduler:
                     flush(0)
                     continue
                 window.append(decoders.submit(self.decode_item, item))
-                flush(self.max_inflight // 2 - 1)
+                flush(self.decode_window - 1)
             flush(0)
         except BaseException as e:  # the items iterator itself failed
             in_q.put(e)
