@@ -437,6 +437,8 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-nogcfreeze": {"gpu.gc_freeze": False},  # the engine's own freeze off (its default: on)
     # fewer pages decoded ahead of the driver (default ~192: 64 decoding, 128 queued)
     "-ahead48": {"gpu.decode_ahead": 48}, "-ahead24": {"gpu.decode_ahead": 24},
+    # cutting lines and draining recognition stop after this many ms of a driver pass
+    "-slice3": {"gpu.step_budget_ms": 3.0}, "-slice10": {"gpu.step_budget_ms": 10.0},
     # driver processes (gpu.processes; the default picks from memory and CPUs)
     "-proc1": {"gpu.processes": 1}, "-proc2": {"gpu.processes": 2},
     "-proc3": {"gpu.processes": 3}, "-proc4": {"gpu.processes": 4},

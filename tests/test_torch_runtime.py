@@ -189,6 +189,20 @@ def test_a_short_decode_ahead_window_reads_the_same_pages_in_order(pages, torch_
     assert [p.text for p in tight.run(many)] == want
 
 
+def test_a_step_budget_cuts_and_drains_a_little_each_pass_and_reads_the_same(pages, torch_cpu_engine):
+    """gpu.step_budget_ms: cutting lines and draining recognition stop once a step has used its
+    share of a driver pass (at least one item each pass), so detection gets its turn; the
+    pages read the same and all come back (a budget of 1 us: one item a step)."""
+    many = [pages[k % 2] for k in range(6)]
+    want = [p.text for p in _scheduler(torch_cpu_engine).run(many)]
+    sliced = _scheduler(torch_cpu_engine, step_budget_ms=0.001)
+    assert sliced.step_budget == pytest.approx(1e-6)
+    sliced.trace = []
+    assert [p.text for p in sliced.run(many)] == want
+    rows = np.asarray(sliced.trace)
+    assert len(rows) >= 6  # at least a pass per page cut
+
+
 def test_time_with_the_inflight_window_full_is_counted(pages, torch_cpu_engine):
     """stats.inflight_full_s: how long the driver held gpu.max_inflight pages and took no more
     (is the window what bounds a run?). A window of 2 fills on 6 pages; one of 128 does not."""

@@ -214,6 +214,7 @@ class GpuScheduler:
         self.max_crop_bytes = g.max_crop_megabytes * 2**20 if g.max_crop_megabytes else None
         self.max_wait = g.max_wait_ms / 1e3
         self.launch_when_idle = g.launch_when_idle
+        self.step_budget = g.step_budget_ms / 1e3 or None
         self.admit_when_decoded = g.admit_when_decoded
         self.orient_batch = g.orient_batch
         self.thresh = float(runner.det_decode.thresh)

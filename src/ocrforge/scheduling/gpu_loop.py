@@ -344,10 +344,16 @@ class DriverLoop:
         cap = self.sch.max_crop_bytes
         return cap is None or self.crop_bytes == 0 or self.crop_bytes < cap
 
+    def out_of_time(self, t0: float) -> bool:
+        """Whether a step begun at ``t0`` has used its share of the pass (gpu.step_budget_ms)."""
+        return self.sch.step_budget is not None and time.perf_counter() - t0 > self.sch.step_budget
+
     def finish_boxes(self) -> bool:
         """Finished contour jobs -> crops on the device -> rec queues."""
         moved = False
-        while self.crop_room() and (job := self.next_boxes()) is not None:
+        t0 = time.perf_counter()
+        while not (moved and self.out_of_time(t0)) and self.crop_room() \
+                and (job := self.next_boxes()) is not None:
             moved = True
             pages = job.result()
             for k, p in enumerate(pages):
@@ -446,7 +452,10 @@ class DriverLoop:
 
     def drain_rec(self, block: bool = False) -> bool:
         drained = False
+        t0 = time.perf_counter()
         while self.rec_out and (block or self.rec_out[0][-1] is None or self.rec_out[0][-1].query()):
+            if drained and not block and self.out_of_time(t0):
+                break
             chunk, wb, idx, conf, space, ev = self.rec_out.popleft()
             if block and ev is not None:  # otherwise query() said it is done
                 ev.synchronize()
