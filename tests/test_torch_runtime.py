@@ -835,6 +835,32 @@ def test_gpu_scheduler_decides_an_unsure_page_like_the_runner(torch_cpu_engine):
     assert [ln.text.replace(" ", "") for ln in got.lines] == [ln.text.replace(" ", "") for ln in ref.lines]
 
 
+def test_orientation_second_stage_keeps_its_own_copy_of_the_centre_probabilities(torch_cpu_engine):
+    """The centre crop's probabilities wait on the page for the second stage; on CUDA they are
+    read from a pinned host tensor that the caching host allocator hands out again once the
+    first stage's result is dropped, so the page must hold a copy, not a view."""
+    import queue
+    import threading
+
+    from ocrforge.scheduling.gpu import GpuPage, GpuScheduler
+    from ocrforge.scheduling.gpu_loop import DriverLoop
+
+    sch = GpuScheduler(torch_cpu_engine.runner, torch_cpu_engine.decode)
+    loop = DriverLoop(sch, torch_cpu_engine.runner.settings(None), queue.Queue(), queue.Queue(),
+                      None, threading.Event())
+    sent = []
+    loop.launch_orient = lambda pages, stage=1: sent.append((pages, stage))
+    centre = np.array([[0.4, 0.3, 0.2, 0.1], [0.97, 0.01, 0.01, 0.01]], np.float32)  # unsure, sure
+    pages = [GpuPage(seq=k, source="x", index=0) for k in range(2)]
+    loop.place = lambda p: None
+    loop.decide_centre(pages, centre)
+    assert [(len(p), st) for p, st in sent] == [(1, 2)] and sent[0][0][0] is pages[0]
+    kept = pages[0].ori_centre.copy()
+    centre[:] = 0.0  # the host buffer reused
+    np.testing.assert_array_equal(pages[0].ori_centre, kept)
+    assert pages[1].ori_centre is None and sch.stats.orient_second == 1
+
+
 def test_gpu_scheduler_rec_oom_retry_reads_the_same(torch_cpu_engine):
     """A CUDA out-of-memory error in recognition halves the batch size and retries both halves:
     each half must fit the (now smaller) batch shape and read the same. Seen on the H200

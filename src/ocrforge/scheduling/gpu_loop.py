@@ -288,8 +288,8 @@ class DriverLoop:
         again = set(po.unsure(centre, po.THRESH)) | set(po.pages_to_confirm(angles))
         second = []
         for i, p in enumerate(pages):
-            if i in again:
-                p.ori_centre = centre[i]
+            if i in again:  # a copy: on CUDA ``centre`` is a pinned buffer that is reused
+                p.ori_centre = np.array(centre[i])
                 second.append(p)
             else:
                 self.turn_and_place(p, angles[i])
