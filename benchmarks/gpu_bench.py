@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import resource
@@ -748,7 +749,7 @@ def real_pass(gp, pages: list, cuda: bool, profile: bool) -> dict:
            # CPU ms per page in each worker-process pool (DB box extraction, layout)
            "pool_cpu_ms_per_page": {k: round((pools1[k] - pools0.get(k, 0.0)) / n * 1e3, 2)
                                     for k in pools1},
-           "gpu_util": smp.summary(), "stats": gp.stats.__dict__.copy(),
+           "gpu_util": smp.summary(), "stats": copy.deepcopy(gp.stats.__dict__),
            # how late a 2 ms sleep ends: the GIL wait after a blocking call (idle: before)
            "gil_wait": {"idle": idle, "run": probe.summary()},
            "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
@@ -857,7 +858,7 @@ def profile_stages(gp, files: list[str]) -> dict:
         rows.append({"op": ev.key, "calls": ev.count,
                      "device_ms": getattr(ev, "device_time_total", 0) / 1e3,
                      "cpu_ms": ev.cpu_time_total / 1e3})
-    res = {"pages": n, "seconds": el, "top_ops": rows, "stats": gp.stats.__dict__.copy()}
+    res = {"pages": n, "seconds": el, "top_ops": rows, "stats": copy.deepcopy(gp.stats.__dict__)}
     log(f"profile: {n} pages in {el:.2f}s; top device ops: " +
         ", ".join(f"{r['op'][:40]} {r['device_ms']:.0f}ms" for r in rows[:8]))
     return res
