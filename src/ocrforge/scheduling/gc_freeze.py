@@ -28,13 +28,13 @@ _holders: set[int] = set()
 def hold(owner: object) -> bool:
     """Freeze the heap for ``owner`` (frozen once, however many owners); whether it froze now."""
     with _lock:
-        first = not _holders
         if id(owner) in _holders:
             return False
-        _holders.add(id(owner))
+        first = not _holders
         if first:  # garbage is collected first: a closed engine's graphs must not be frozen
             gc.collect()
             gc.freeze()
+        _holders.add(id(owner))
         return first
 
 
