@@ -345,7 +345,9 @@ def test_gpu_scheduler_bucket_grid_reads_like_page_buckets(pages, torch_cpu_engi
     assert grid.page_bucket(320, 416) == (512, 512) and grid.page_bucket(736, 544) == (768, 768)
     assert all(h % 256 == 0 and w % 256 == 0 for h, w in grid.page_buckets)
     # (less padding moves a box by a pixel or so: a word space between scripts may differ)
-    ref = [[ln.text.replace(" ", "") for ln in p.lines] for p in _scheduler(torch_cpu_engine).run(pages)]
+    buckets = _scheduler(torch_cpu_engine, bucket_step=0)
+    assert buckets.page_bucket(320, 416) != (512, 512)  # the fraction buckets, not the grid
+    ref = [[ln.text.replace(" ", "") for ln in p.lines] for p in buckets.run(pages)]
     got = [[ln.text.replace(" ", "") for ln in p.lines] for p in grid.run(pages)]
     grid.close()
     assert got == ref and all(len(t) == 4 for t in got)
