@@ -194,9 +194,10 @@ class GpuConfig(_Section):
     # instead of the smallest of page_buckets that holds it: less padding (the dev set's pages
     # run 1.44x their pixels in page_buckets, 1.17x at 256, 1.08x at 128) for more shapes
     # (11, 16, 22 on the dev set), so more CUDA graphs; 0: page_buckets. 256 by default since
-    # 2026-12-07: +5 to +8 % pages/s against page_buckets in the same position of two calls, 17 %
-    # fewer detection pixels, the same reserved memory, dev CER 13.53 against 13.57 % (H100,
-    # docs/BENCHMARKS.md)
+    # 2026-12-07 for 17 % fewer detection pixels, the same reserved memory and a slightly better
+    # dev reading (CER 13.53 against 13.57 %, det F1 95.50 against 95.40 %); its rate against
+    # page_buckets in three same-call pairs: pass 3 +13, 0, +10 %, pass 2 +33, -11, -28 %, within
+    # that host's noise (H100, docs/BENCHMARKS.md)
     bucket_step: int = Field(256, ge=0, multiple_of=32)
     # recognition batches in power-of-two shapes between the small (rec batch / 8) and the full
     # one, not only those two (a batch of 17 lines then runs as 32 rows, not 128): more graphs
