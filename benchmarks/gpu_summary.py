@@ -22,20 +22,29 @@ def _row(d: dict, kind: str) -> dict:
     return next((r for r in d.get("e2e", {}).values() if r.get("page_buckets") == kind), {})
 
 
+def _variant_default(d: dict) -> dict:
+    vs = d.get("variants", {})
+    return vs.get("default") or vs.get("default#1") or {}
+
+
 def _variant_real_mix(d: dict) -> dict:
-    """The variants section's default row as an e2e real_mix row (when e2e did not run)."""
-    v = d.get("variants", {}).get("default", {})
+    """The variants section's default row as an e2e real_mix row (when e2e did not run); the
+    rate is the median of its uninstrumented passes where it has them."""
+    v = _variant_default(d)
     if "pages_per_s" not in v:
         return {}
-    return {k: v.get(k) for k in ("pages_per_s", "gpu_util", "host_cpu_ms_per_page",
-                                  "peak_mem_GiB", "reserved_GiB")}
+    row = {k: v.get(k) for k in ("pages_per_s", "gpu_util", "host_cpu_ms_per_page",
+                                 "peak_mem_GiB", "reserved_GiB")}
+    if v.get("clean_pages_per_s"):
+        row["pages_per_s"] = v["clean_pages_per_s"]
+    return row
 
 
 def _default_rows(d: dict) -> list[tuple[str, str, str]]:
     e = _row(d, "engine-defaults")
     rm = e.get("real_mix") or _variant_real_mix(d)
     if not e and rm:
-        e = {"start_to_first_page_s": d["variants"]["default"].get("first_page_s")}
+        e = {"start_to_first_page_s": _variant_default(d).get("first_page_s")}
     util = rm.get("gpu_util", {}).get("util_mean")
     rows = [
         ("real-page mix, default engine, 1 process",
@@ -64,14 +73,18 @@ def _variant_table(d: dict) -> list[str]:
     vs = d.get("variants", {})
     if not vs:
         return []
-    out = ["| variant | pages/s pass 3 (1 / 2) | GPU util | host CPU ms/page | peak allocated GiB "
-           "| reserved GiB | first page s | dev CER / det F1 |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| variant | clean passes: median (each) | pages/s pass 3 (1 / 2) | GPU util | host CPU ms/page "
+           "| peak allocated GiB | reserved GiB | first page s | dev CER / det F1 |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for name, v in vs.items():
         if "pages_per_s" not in v:
-            out.append(f"| {name} | {v.get('error', 'no row')[:80]} | | | | | | |")
+            out.append(f"| {name} | {v.get('error', 'no row')[:80]} | | | | | | | |")
             continue
         p1, p2 = v.get("first_pass", {}), v.get("second_pass", {})
-        out.append(f"| {name} | {_f(v['pages_per_s'])} ({_f(p1.get('pages_per_s'))} / "
+        clean = v.get("clean_passes") or []
+        each = " / ".join(_f(c) for c in clean)
+        out.append(f"| {name} | {_f(v.get('clean_pages_per_s'))} ({each}) | "
+                   f"{_f(v['pages_per_s'])} ({_f(p1.get('pages_per_s'))} / "
                    f"{_f(p2.get('pages_per_s'))}) | {_f(v.get('gpu_util', {}).get('util_mean'), '{:.0f}')} % "
                    f"| {_f(v.get('host_cpu_ms_per_page'))} | {_f(v.get('peak_mem_GiB'), '{:.2f}')} | "
                    f"{_f(v.get('reserved_GiB'), '{:.2f}')} | {_f(v.get('first_page_s'))} | "
