@@ -476,7 +476,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-nowait": {"gpu.max_wait_ms": 1e9},
     # detection shapes on a grid of 256 / 128 px instead of the page buckets (less padding)
     "-step256": {"gpu.bucket_step": 256}, "-step128": {"gpu.bucket_step": 128},
-    "-buckets": {"gpu.bucket_step": 0},  # the fraction page buckets (the default before 2026-12-07)
+    "-buckets": {"gpu.bucket_step": 0},  # the fraction page buckets (the default)
     # fewer pages in flight and decoded ahead: 64 and 48 (default 128 and ~192)
     "-mem": {"gpu.max_inflight": 64, "gpu.decode_ahead": 48},
     # step256 with the memory levers: 64 pages in flight, 48 decoded ahead (default 128 / ~192)

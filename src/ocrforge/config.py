@@ -193,12 +193,11 @@ class GpuConfig(_Section):
     # > 0: a page's detection shape is its own rounded up to a multiple of this on each side,
     # instead of the smallest of page_buckets that holds it: less padding (the dev set's pages
     # run 1.44x their pixels in page_buckets, 1.17x at 256, 1.08x at 128) for more shapes
-    # (11, 16, 22 on the dev set), so more CUDA graphs; 0: page_buckets. 256 by default since
-    # 2026-12-07 for 17 % fewer detection pixels, the same reserved memory and a slightly better
-    # dev reading (CER 13.53 against 13.57 %, det F1 95.50 against 95.40 %); its rate against
-    # page_buckets in three same-call pairs: pass 3 +13, 0, +10 %, pass 2 +33, -11, -28 %, within
-    # that host's noise (H100, docs/BENCHMARKS.md)
-    bucket_step: int = Field(256, ge=0, multiple_of=32)
+    # (11, 16, 22 on the dev set), so more CUDA graphs; 0: page_buckets. 256 (H100, 2026-12-07,
+    # docs/BENCHMARKS.md): 17 % fewer detection pixels, dev CER 13.53 against 13.57 %, its
+    # steady rate within the host's noise, but its first pass of 1008 pages 34-42 % slower in
+    # each same-call pair (more shapes met for the first time): not the default until a steady gain is shown
+    bucket_step: int = Field(0, ge=0, multiple_of=32)
     # recognition batches in power-of-two shapes between the small (rec batch / 8) and the full
     # one, not only those two (a batch of 17 lines then runs as 32 rows, not 128): more graphs
     rec_pow2_rows: bool = False
