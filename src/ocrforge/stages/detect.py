@@ -366,30 +366,21 @@ def _ink_spans(ink: np.ndarray, band: np.ndarray, gap: float, thin: float,
     inked = (count >= 1) & ~rule
     cols = np.flatnonzero(inked)
     typical = float(np.median(band[cols])) or 1.0
-    cuts, by_rule = _cuts(cols, rule, band, h * gap, h * wide, thin * typical)
-    starts = [int(cols[0])] + [int(c) for c in cols[cuts + 1]]
-    ends = [int(c) for c in cols[cuts]] + [int(cols[-1])]
-    return _drop_narrow_ends(list(zip(starts, ends, strict=True)), by_rule.tolist(), h)
-
-
-def _cuts(cols: np.ndarray, rule: np.ndarray, band: np.ndarray, gap_px: float, wide_px: float,
-          thin_band: float) -> tuple[np.ndarray, np.ndarray]:
-    """Of the blank runs between inked columns ``cols`` (only such a run can end a span): the
-    ones that cut (index i: between cols[i] and cols[i + 1]) and whether each is a rule. A run
-    cuts when a rule column lies in it, when it is ``wide_px`` wide, or when it is ``gap_px``
-    wide and ``band`` falls to ``thin_band`` somewhere over it. All runs at once: a loop over
-    them was a third of DB box extraction's own Python time (benchmarks/db_profile.py)."""
-    gaps = np.flatnonzero(np.diff(cols) > 1)
-    lo, hi = cols[gaps] + 1, cols[gaps + 1]  # each run's columns: lo .. hi - 1
-    blank = hi - lo
-    rules = np.concatenate([[0], np.cumsum(rule, dtype=np.int64)])
-    by_rule = rules[hi] > rules[lo]
-    cut = by_rule | (blank >= wide_px)
-    maybe = ~cut & (blank >= gap_px)
-    if maybe.any():  # the band's minimum over the runs that are wide enough, in one call
-        edges = np.stack([lo[maybe], hi[maybe]], axis=1).ravel()
-        cut[maybe] = np.minimum.reduceat(band, edges)[::2] <= thin_band
-    return gaps[cut], by_rule[cut]
+    spans: list[tuple[int, int]] = []
+    ruled: list[bool] = []  # whether the cut after spans[k] is a rule
+    start = int(cols[0])
+    # only a run of non-ink columns between two inked ones can end a span
+    for i in np.flatnonzero(np.diff(cols) > 1):
+        prev, c = int(cols[i]), int(cols[i + 1])
+        by_rule = bool(rule[prev + 1 : c].any())
+        blank = c - prev - 1
+        if by_rule or blank >= wide * h or (
+                blank >= gap * h and band[prev + 1 : c].min() <= thin * typical):
+            spans.append((start, prev))
+            ruled.append(by_rule)
+            start = c
+    spans.append((start, int(cols[-1])))
+    return _drop_narrow_ends(spans, ruled, h)
 
 
 def _drop_narrow_ends(spans: list[tuple[int, int]], ruled: list[bool], h: int) -> list[tuple[int, int]]:
