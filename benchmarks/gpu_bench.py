@@ -575,8 +575,8 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
 
     n_pages = len(real)
     cuda = ARGS.device.startswith("cuda")
+    _drop_engine_memory(cuda)  # whatever ran before: this row's reserved memory is its own
     if cuda:
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     change = dict(DEFAULT_VARIANTS[name])
     change.pop("_patch", None)  # applied by sec_variants
@@ -675,16 +675,17 @@ def one_variant(engine_kw: dict, name: str, recs: list, real: list, out: dict) -
     gc_undo()
     _restore_env(saved_env)
     del gp, eng
-    _drop_engine_memory(cuda)
     if alloc and cuda:
         torch.cuda.memory._set_allocator_settings(alloc.replace("True", "False"))
 
 
 def _drop_engine_memory(cuda: bool) -> None:
-    """The closed engine's cached blocks back to the driver, so the next row's reserved memory
-    is its own: a closed engine's graph pool stayed reserved (~3 GiB, 33 MiB of it allocated:
-    its capture stream's cuBLAS workspace) until something emptied the cache, and the rows
-    after the first of a call counted it (H100, 2026-12-07, benchmarks/gpu_engine_release.py)."""
+    """Closed engines' cached blocks back to the driver, so a row's reserved memory is its
+    own. The cache used to be emptied at the start of a row without a collection first: the
+    closed engine's cycles (its CUDA graphs among them) were collected later,
+    at the next engine's first run, and their graph pool (~3 GiB, 33 MiB of it still allocated:
+    the capture stream's cuBLAS workspace) stayed reserved and was counted in the rows after the
+    first of a call (H100, 2026-12-07, benchmarks/gpu_engine_release.py)."""
     import gc
 
     gc.collect()
