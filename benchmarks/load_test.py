@@ -62,6 +62,8 @@ class Server:
         self.cmd = cmd
         self._log = open(self.log_path, "wb")
         env = {k: v for k, v in os.environ.items() if k != "OCRFORGE_API_KEY"}
+        self.started = time.monotonic()
+        self.ready_s: float | None = None  # start -> /readyz 200
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, timeout: float = 600.0) -> None:
@@ -73,6 +75,8 @@ class Server:
                                    f"{self.log_path} ends:\n{tail}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    self.ready_s = round(time.monotonic() - self.started, 2)
+                    print(f"server {self.name} ready in {self.ready_s} s", flush=True)
                     return
             except httpx.HTTPError:
                 pass
@@ -190,8 +194,8 @@ def load(url, payloads, concurrency, requests, max_seconds, headers, **kw) -> di
 # ---------------------------------------------------------------------- scenarios
 def scenario_sweep(url, payloads, args, headers) -> dict:
     print(f"sweep: {len(payloads)} images, warm-up {args.warmup} requests", flush=True)
-    load(url, payloads, 1, args.warmup, args.max_seconds, headers)
-    out = {}
+    # a fresh server's first requests, one at a time: what its warm-up left to them
+    out = {"warmup": load(url, payloads, 1, args.warmup, args.max_seconds, headers)}
     for c in args.concurrency:
         if args.pause_s:  # a server between bursts: what idle-time work can use
             time.sleep(args.pause_s)
@@ -360,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "sweep" in scenarios:
             res["sweep"] = scenario_sweep(server("batch", []), payloads, args, headers)
+            if "batch" in servers:
+                res["ready_s"] = servers["batch"].ready_s
         if "batching" in scenarios and (not args.url or args.url_nobatch):
             on, off = server("batch", []), server("nobatch", ["--no-batching"])
             res["batching"] = scenario_batching(on, off, payloads, args, headers)

@@ -159,3 +159,32 @@ def test_server_streams_to_the_gpu_scheduler_by_default_on_cuda_only():
     assert streams_to_gpu(cuda, None) and not streams_to_gpu(cpu, None)
     assert streams_to_gpu(cpu, True) and not streams_to_gpu(cuda, False)
     assert not streams_to_gpu(eng(runtime="onnxruntime"), True)
+
+
+@pytest.mark.parametrize("budget", [30.0, 0.0])
+def test_a_gpu_server_captures_the_common_shapes_before_it_says_ready(engine, monkeypatch, budget):
+    """A fresh GPU server's first requests each waited for a new shape's first run and capture
+    (64 one at a time right after start: p95 5.4 s, H100, 2026-12-07). Before ready it now
+    captures the scheduler's warm-up plan (server.warmup_s; 0: only the warm-up page's shapes).
+    Graphs need CUDA: the runtime's capture stands in and says which shapes lack a graph."""
+    from ocrforge.runtimes.torch import TorchRuntime
+    from ocrforge.server.service import ServiceState, load_engines
+    from ocrforge.server.settings import ServerSettings
+
+    taken: list[tuple] = []
+    monkeypatch.setattr(TorchRuntime, "warmup",
+                        lambda self, shapes, post=None: taken.extend(
+                            (self.label, tuple(s)) for s in shapes) or 0.0)
+    # only the warm-up asks for the whole graph budget; the driver's idle guesses see none
+    monkeypatch.setattr(TorchRuntime, "needs_graph",
+                        lambda self, shape, post=None, share=0.5: share == 1.0)
+    state = ServiceState(ServerSettings(engine=engine.config, gpu_pipeline=True, warmup_s=budget))
+    load_engines(state)
+    try:
+        assert state.ready, state.load_error
+        gp = state.batcher.engines[0].gpu_scheduler(engine.config.det.limit_side)
+        steps = bool(engine.config.layout.enabled and engine.config.layout.words)
+        plan = [(rt.label, sh) for rt, sh, _ in gp.warmup_plan(steps)]
+        assert taken == (plan if budget else [])
+    finally:
+        state.batcher.stop(timeout=60)

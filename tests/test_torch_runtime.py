@@ -256,6 +256,76 @@ def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine
     assert len(warmed) == len(set(warmed)) == gs.stats.idle_captures  # each shape offered once
 
 
+def test_the_warm_up_plan_takes_every_bucket_shape_once_most_used_first(torch_cpu_engine):
+    """gpu.warmup="all" and a server's start capture the same shapes as before (each page
+    bucket at one page and at its batch, each recognition width at its row shapes, both page
+    orientation shapes), each once, in the order requests meet them: single-page detection,
+    narrow lines, orientation, batched detection, wide lines."""
+    from ocrforge.scheduling.gpu import GpuScheduler
+
+    eng = OCR(torch_cpu_engine.config.with_(**{"det.batch_size": 8, "rec.batch_size": 128}))
+    gs = GpuScheduler(eng.runner, eng.decode)  # the GPU's batch sizes
+    plan = gs.warmup_plan(steps=True)
+    shapes = [(rt.label, shape) for rt, shape, _ in plan]
+    assert len(set(shapes)) == len(shapes)
+    want = {(gs.det.label, (n, 3, hb, wb)) for hb, wb in gs.page_buckets
+            for n in {1, gs.det_batch_for((hb, wb))}}
+    want |= {(gs.rec.label, (n, 3, 48, wb)) for wb in gs.rec_shapes() for n in gs.rec_row_shapes(wb)}
+    ori = gs.orient_runtime()
+    want |= {(ori.label, (n, 3, 224, 224)) for n in gs.orient_row_shapes()}
+    assert set(shapes) == want
+    kinds = ["det1" if rt is gs.det and sh[0] == 1 else "detn" if rt is gs.det
+             else "ori" if rt is ori else "rec" if sh[3] <= 1280 else "wide" for rt, sh, _ in plan]
+    firsts = [kinds.index(k) for k in ("det1", "rec", "ori", "detn", "wide")]
+    lasts = [len(kinds) - 1 - kinds[::-1].index(k) for k in ("det1", "rec", "ori", "detn", "wide")]
+    assert all(lasts[i] < firsts[i + 1] for i in range(4)), kinds
+    assert all(post is gs.rec_post(True) for rt, _, post in plan if rt is gs.rec)
+
+
+def test_a_warm_up_with_a_budget_stops_once_it_is_spent(torch_cpu_engine, monkeypatch):
+    """A server's start captures shapes in plan order until its time is spent (a capture
+    begun finishes); the rest are left to the pages. Graphs need CUDA: the runtime's capture
+    stands in, taking 50 ms a shape."""
+    import time
+
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    taken: list[tuple] = []
+
+    def warmup(self, shapes, post=None):
+        time.sleep(0.05)
+        taken.extend((self.label, tuple(sh)) for sh in shapes)
+        return 0.05
+
+    monkeypatch.setattr(TorchRuntime, "warmup", warmup)
+    monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None, share=0.5: True)
+    gs = _scheduler(torch_cpu_engine)
+    plan = [(rt.label, sh) for rt, sh, _ in gs.warmup_plan(steps=True)]
+    spent = gs.warmup(budget_s=0.12)
+    assert 1 <= len(taken) <= 3 and taken == plan[: len(taken)]
+    assert gs.stats.warmup_shapes == len(taken) and spent >= 0.05 * len(taken)
+    taken.clear()
+    gs.warmup()  # no budget: every shape
+    assert taken == plan
+
+
+def test_warm_up_captures_only_shapes_without_a_graph(torch_cpu_engine, monkeypatch):
+    """On the CPU (no graphs) a warm-up runs nothing; shapes already captured are skipped."""
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    taken: list[tuple] = []
+    monkeypatch.setattr(TorchRuntime, "warmup",
+                        lambda self, shapes, post=None: taken.extend(shapes) or 0.0)
+    gs = _scheduler(torch_cpu_engine)
+    gs.warmup()
+    assert taken == [] and gs.stats.warmup_shapes == 0
+    first = gs.warmup_plan(steps=True)[0][1]
+    monkeypatch.setattr(TorchRuntime, "needs_graph",
+                        lambda self, shape, post=None, share=0.5: tuple(shape) != first)
+    gs.warmup()
+    assert first not in taken and len(taken) == len(gs.warmup_plan(steps=True)) - 1
+
+
 def test_gpu_scheduler_partial_batches_read_the_same(pages, torch_cpu_engine):
     """gpu.max_wait_ms 0 launches every partial detection and recognition batch at once (many
     small calls, lines of one page split over calls); waiting for full batches launches few.
@@ -1231,6 +1301,25 @@ def test_gpu_idle_run_captures_the_other_detection_batch_shape(pages):
     assert got[0] == got[1]
     assert gs.stats.idle_captures >= 1
     assert nb == 1 or not gs.det.needs_graph((nb, 3, hb, wb), gs.det_post)
+    eng.close()
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_a_warmed_up_scheduler_runs_no_eager_call_and_reads_the_same(pages):
+    """On CUDA: after a full warm-up (a server's start, gpu.warmup="all") pages meet only
+    captured shapes, so no network runs eagerly; they read as on a lazily warmed engine."""
+    eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True)
+    lazy = [p.text for p in eng.gpu_scheduler().run(pages)]
+    eng.close()
+    eng = OCR(runtime="torch", device="cuda", torch_precision="fp16", cuda_graphs=True)
+    gs = eng.gpu_scheduler()
+    gs.warmup()
+    assert gs.stats.warmup_shapes >= len(gs.page_buckets)
+    rts = [gs.det, gs.rec, gs.orient_runtime()]
+    before = [rt.counts["eager"] for rt in rts]
+    assert [p.text for p in gs.run(pages)] == lazy
+    assert [rt.counts["eager"] for rt in rts] == before
     eng.close()
 
 

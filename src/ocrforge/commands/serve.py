@@ -60,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send a request's headers (default 10)")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
+    b.add_argument("--warmup-s", type=float, default=30.0, metavar="S",
+                   help="on a GPU: seconds spent before ready capturing the CUDA graphs of the "
+                   "shapes requests will meet, most used first (default 30; 0: only the "
+                   "warm-up page's)")
     b.add_argument("--gpu-pipeline", action=argparse.BooleanOptionalAction, default=None,
                    help="runtime torch: every request's pages join one long-lived run of the "
                    "engine's GPU scheduler, which batches across requests (default: on for an "
@@ -121,6 +125,7 @@ def settings_from_args(args: argparse.Namespace):
         allowed_hosts=[h for a in args.allow_host for h in a.split(",") if h.strip()],
         header_timeout_s=args.header_timeout,
         warmup=not args.no_warmup,
+        warmup_s=args.warmup_s,
         gpu_pipeline=args.gpu_pipeline,
     )
     s.validate()

@@ -355,12 +355,12 @@ class TorchRuntime:
             torch.cuda.synchronize(self.dev)
         return time.perf_counter() - t0
 
-    def needs_graph(self, shape: tuple[int, ...], post: Any = None) -> bool:
+    def needs_graph(self, shape: tuple[int, ...], post: Any = None, share: float = 0.5) -> bool:
         """Whether capturing this input shape (with ``post``) now would add a graph: graphs on,
-        none for it yet, and at most half the graph budget used (the rest stays for shapes
-        that pages actually bring)."""
+        none for it yet, and at most ``share`` of the graph budget used (an idle capture's
+        guess leaves half of it for shapes that pages actually bring)."""
         return (self.use_graphs and (tuple(shape), self.dtype, post) not in self._graphs
-                and len(self._graphs) < self._max_graphs // 2)
+                and len(self._graphs) < self._max_graphs * share)
 
     # ------------------------------------------------------------------ Runtime contract
     def _pad_batch(self, n: int) -> int:

@@ -147,6 +147,7 @@ class SchedulerStats:
     post_s: float = 0.0  # CPU worker time in contour extraction (summed over threads)
     oom_retries: int = 0
     warmup_s: float = 0.0
+    warmup_shapes: int = 0  # shapes captured by warmup() (gpu.warmup="all", a server's start)
     idle_captures: int = 0  # shapes captured while the driver had nothing else to do
     idle_capture_s: float = 0.0
     inflight_full_s: float = 0.0  # driver time with gpu.max_inflight pages in hand
@@ -297,24 +298,40 @@ class GpuScheduler:
             self._orient_rt = rt if isinstance(rt, DeviceRuntime) else False
         return self._orient_rt or None
 
-    def warmup(self) -> float:
-        """Capture / compile every bucket shape now (det: each page bucket at the det batch and
-        at 1; rec: each width bucket at both rec batch shapes); seconds spent."""
+    def warmup(self, budget_s: float | None = None) -> float:
+        """Capture every bucket shape now, most used first (warmup_plan), on this thread;
+        with ``budget_s``, stop once that many seconds are spent (a capture begun finishes:
+        0.4-2.5 s each on the H100). Shapes left are captured as pages bring them. Seconds spent."""
         t0 = time.perf_counter()
+        steps = bool(self.runner.config.layout.enabled and self.runner.config.layout.words)
         with torch.inference_mode(), self.device_context():
-            for hb, wb in self.page_buckets:
-                for n in sorted({1, self.det_batch_for((hb, wb))}):
-                    self.det.warmup([(n, 3, hb, wb)], self.det_post)
-            h = self.runner.rec_prep.height
-            steps = bool(self.runner.config.layout.enabled and self.runner.config.layout.words)
-            for wb in self.rec_shapes():
-                self.rec.warmup([(n, 3, h, wb) for n in self.rec_row_shapes(wb)],
-                                self.rec_post(steps))
-            ori = self.orient_runtime()
-            if ori is not None:
-                ori.warmup([(n, 3, po.SIZE, po.SIZE) for n in self.orient_row_shapes()])
+            for rt, shape, post in self.warmup_plan(steps):
+                if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                    break
+                if rt.needs_graph(shape, post, share=1.0):
+                    rt.warmup([shape], post)
+                    self.stats.warmup_shapes += 1
         self.stats.warmup_s = time.perf_counter() - t0
         return self.stats.warmup_s
+
+    def warmup_plan(self, steps: bool) -> list[tuple[Any, tuple[int, ...], Any]]:
+        """(runtime, input shape, post) of every bucket shape, in the order a warm-up takes
+        them: detection of one page per bucket (a served request at low concurrency), the
+        recognition widths up to 1280 px, page orientation, detection's batch shapes (under
+        load), then the wide recognition widths, which few lines need."""
+        h = self.runner.rec_prep.height
+        post = self.rec_post(steps)
+        det1 = [(self.det, (1, 3, hb, wb), self.det_post) for hb, wb in self.page_buckets]
+        detn = [(self.det, (n, 3, hb, wb), self.det_post) for hb, wb in self.page_buckets
+                if (n := self.det_batch_for((hb, wb))) > 1]
+        rec = [(self.rec, (n, 3, h, wb), post) for wb in self.rec_shapes()
+               for n in self.rec_row_shapes(wb)]
+        ori = self.orient_runtime()
+        orient = [] if ori is None else [(ori, (n, 3, po.SIZE, po.SIZE), None)
+                                         for n in self.orient_row_shapes()]
+        narrow = [r for r in rec if r[1][3] <= 1280]
+        wide = [r for r in rec if r[1][3] > 1280]
+        return det1 + narrow + orient + detn + wide
 
     def next_idle_capture(self, steps: bool) -> tuple[Any, tuple[int, ...], Any] | None:
         """(runtime, input shape, post) of one CUDA graph worth capturing while the driver

@@ -43,6 +43,10 @@ class ServerSettings:
     # a connection that has not sent a request's headers within this is closed (slowloris)
     header_timeout_s: float = 10.0
     warmup: bool = True
+    # seconds a server on the GPU (the torch runtime's scheduler) may spend before it says ready
+    # capturing the CUDA graphs of the bucket shapes requests will meet, most used first; the
+    # rest are captured as requests bring them. 0: only the warm-up page's shapes
+    warmup_s: float = 30.0
     # runtime torch: requests' pages join one long-lived run of the engine's GPU scheduler
     # (scheduling/gpu_stream.py) rather than each batch through ocr_images. None: on for an
     # engine on CUDA (20.8 against 6.1 requests/s at concurrency 1, H100, 2026-12-05), off
@@ -73,6 +77,8 @@ class ServerSettings:
             raise ValueError("upload, pixel and page limits must be >= 1")
         if self.header_timeout_s <= 0:
             raise ValueError("header_timeout_s must be > 0")
+        if self.warmup_s < 0:
+            raise ValueError("warmup_s must be >= 0")
         if self.decode_threads < 1:
             raise ValueError("decode_threads must be >= 1")
 
