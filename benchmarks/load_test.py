@@ -64,6 +64,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if k != "OCRFORGE_API_KEY"}
         self.started = time.monotonic()
         self.ready_s: float | None = None  # start -> /readyz 200
+        self.ready_info: dict = {}  # what /readyz said then
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, timeout: float = 600.0) -> None:
@@ -74,8 +75,10 @@ class Server:
                 raise RuntimeError(f"server {self.name} exited ({self.proc.returncode}); "
                                    f"{self.log_path} ends:\n{tail}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                r = httpx.get(self.url + "/readyz", timeout=2)
+                if r.status_code == 200:
                     self.ready_s = round(time.monotonic() - self.started, 2)
+                    self.ready_info = r.json()
                     print(f"server {self.name} ready in {self.ready_s} s", flush=True)
                     return
             except httpx.HTTPError:
@@ -366,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             res["sweep"] = scenario_sweep(server("batch", []), payloads, args, headers)
             if "batch" in servers:
                 res["ready_s"] = servers["batch"].ready_s
+                res["ready_info"] = servers["batch"].ready_info
         if "batching" in scenarios and (not args.url or args.url_nobatch):
             on, off = server("batch", []), server("nobatch", ["--no-batching"])
             res["batching"] = scenario_batching(on, off, payloads, args, headers)

@@ -186,5 +186,6 @@ def test_a_gpu_server_captures_the_common_shapes_before_it_says_ready(engine, mo
         steps = bool(engine.config.layout.enabled and engine.config.layout.words)
         plan = [(rt.label, sh) for rt, sh, _ in gp.warmup_plan(steps)]
         assert taken == (plan if budget else [])
+        assert state.info["warmup_shapes"] == str(len(taken))  # /readyz and /v1/info say so
     finally:
         state.batcher.stop(timeout=60)

@@ -74,9 +74,10 @@ def _open_engine(s: ServerSettings, dev: str, n_devices: int) -> tuple[Any, Any]
     return eng, cls_rt
 
 
-def _warm_up(s: ServerSettings, eng: Any) -> float:
+def _warm_up(s: ServerSettings, eng: Any) -> tuple[float, int]:
     """Run the warm-up page twice, by the path requests will take (the GPU scheduler that the
-    stream feeds, or ``run_engine``); engine seconds per work unit of the second run."""
+    stream feeds, or ``run_engine``), then on a GPU capture the common shapes
+    (``warmup_s``): engine seconds per work unit of the second run, and shapes captured."""
     key = (eng.config.det.limit_side, False)
     page = _warmup_image()
     gpu = streams_to_gpu(eng, s.gpu_pipeline)
@@ -88,19 +89,21 @@ def _warm_up(s: ServerSettings, eng: Any) -> float:
             run_engine(eng, [page], key)
     units = page_units(page.width, page.height, eng.det_shape(page.width, page.height))
     unit_s = (time.perf_counter() - t) / units
+    captured = 0
     if gpu and s.warmup_s > 0:
-        _capture_common_shapes(eng.gpu_scheduler(key[0]), s.warmup_s)
-    return unit_s
+        captured = _capture_common_shapes(eng.gpu_scheduler(key[0]), s.warmup_s)
+    return unit_s, captured
 
 
-def _capture_common_shapes(gp: Any, budget_s: float) -> None:
+def _capture_common_shapes(gp: Any, budget_s: float) -> int:
     """The CUDA graphs of the bucket shapes requests will meet, most used first, before the
     server says ready: a fresh server otherwise made its first requests wait for each new
     shape's first run and capture (64 requests one at a time: p95 5.4 s, H100, 2026-12-07)."""
     n0 = gp.stats.warmup_shapes
     spent = gp.warmup(budget_s=budget_s)
-    log.info("ocrforge: %d bucket shapes captured in %.1f s before ready",
-             gp.stats.warmup_shapes - n0, spent)
+    n = gp.stats.warmup_shapes - n0
+    log.info("ocrforge: %d bucket shapes captured in %.1f s before ready", n, spent)
+    return n
 
 
 def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
@@ -132,10 +135,13 @@ def load_engines(state: ServiceState) -> None:
         devices = s.engine_devices
         engines, cls_rts = [], []
         unit_s = 0.0  # engine seconds per work unit, measured on the warm-up page
+        captured = 0  # CUDA graphs captured before ready
+        t0 = time.perf_counter()
         for dev in devices:
             eng, cls_rt = _open_engine(s, dev, len(devices))
             if s.warmup:
-                unit_s = max(unit_s, _warm_up(s, eng))
+                u, n = _warm_up(s, eng)
+                unit_s, captured = max(unit_s, u), captured + n
             engines.append(eng)
             cls_rts.append(cls_rt)
         state.cls_available = all(c is not None for c in cls_rts)
@@ -147,6 +153,7 @@ def load_engines(state: ServiceState) -> None:
                           on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline)
         batcher.start()
         state.info = _engine_info(engines, devices, s, batcher)
+        state.info.update(warmup_shapes=str(captured), start_s=f"{time.perf_counter() - t0:.1f}")
         state.metrics.info.info(state.info)
         state.metrics.bind_queue(batcher, lambda: state.admitted_requests, s.queue_size)
         state.batcher = batcher
