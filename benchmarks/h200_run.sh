@@ -15,7 +15,8 @@
 #        e.g. SERVE="--runtime torch --device cuda --precision fp16;--runtime torch --device cuda --precision fp16 --gpu-pipeline";
 #        a set "KEY=VAL ...@args" starts its server with that environment, e.g.
 #        SERVE="--device cuda;OCRFORGE_GPU__LAUNCH_WHEN_IDLE=false@--device cuda");
-#        SERVE_PAUSE_S: seconds without requests before each concurrency level (idle-time work)
+#        SERVE_PAUSE_S: seconds without requests before each concurrency level (idle-time work);
+#        SERVE_WARMUP: requests one at a time to a fresh server before the sweep (default 64)
 set -uo pipefail
 out=${1:?output folder}
 mkdir -p "$out"  # the logs below are tee'd into it (a missing folder lost a call's test log)
@@ -52,7 +53,7 @@ if [ -n "${SERVE:-}" ]; then
     # shellcheck disable=SC2086  # senv is a list of KEY=VAL words
     env $senv timeout "${SERVE_TIMEOUT:-240}" python3 benchmarks/load_test.py --images .devset/images \
       --scenarios sweep --concurrency "${SERVE_CONC:-1,8,32,64}" --requests "${SERVE_REQUESTS:-256}" \
-      --warmup 64 --max-seconds 60 --pause-s "${SERVE_PAUSE_S:-0}" --server-args "$sargs" --out "$out/serve$k.json" \
+      --warmup "${SERVE_WARMUP:-64}" --max-seconds 60 --pause-s "${SERVE_PAUSE_S:-0}" --server-args "$sargs" --out "$out/serve$k.json" \
       --markdown "$out/serve$k.md" 2>&1 | tail -20
   done
 fi
