@@ -189,3 +189,25 @@ def test_a_gpu_server_captures_the_common_shapes_before_it_says_ready(engine, mo
         assert state.info["warmup_shapes"] == str(len(taken))  # /readyz and /v1/info say so
     finally:
         state.batcher.stop(timeout=60)
+
+
+def test_a_failing_capture_of_the_common_shapes_leaves_the_server_ready(engine, monkeypatch):
+    """Capturing ahead is an optimisation: if a capture fails (say, out of device memory on a
+    small card), the server logs it and says ready; pages capture their shapes as they come."""
+    from ocrforge.runtimes.torch import TorchRuntime
+    from ocrforge.server.service import ServiceState, load_engines
+    from ocrforge.server.settings import ServerSettings
+
+    def warmup(self, shapes, post=None):
+        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    monkeypatch.setattr(TorchRuntime, "warmup", warmup)
+    monkeypatch.setattr(TorchRuntime, "needs_graph",
+                        lambda self, shape, post=None, share=0.5: share == 1.0)
+    state = ServiceState(ServerSettings(engine=engine.config, gpu_pipeline=True, warmup_s=30.0))
+    load_engines(state)
+    try:
+        assert state.ready and state.load_error is None
+        assert state.info["warmup_shapes"] == "0"
+    finally:
+        state.batcher.stop(timeout=60)
