@@ -233,7 +233,7 @@ def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine
         return 0.0
 
     monkeypatch.setattr(TorchRuntime, "warmup", warmup)
-    monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None: True)
+    monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None, share=0.5: True)
     gs = _scheduler(torch_cpu_engine, capture_when_idle=on)
     want = [p.text for p in gs.run(pages[:1])]
     hb, wb = gs.page_bucket(*gs.runner.det_prep.shape(*pages[0].shape[:2], gs.limit))
@@ -259,8 +259,8 @@ def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine
 def test_the_warm_up_plan_takes_every_bucket_shape_once_most_used_first(torch_cpu_engine):
     """gpu.warmup="all" and a server's start capture the same shapes as before (each page
     bucket at one page and at its batch, each recognition width at its row shapes, both page
-    orientation shapes), each once, in the order requests meet them: single-page detection,
-    narrow lines, orientation, batched detection, wide lines."""
+    orientation shapes), each once, in the order requests meet them: orientation (every
+    page), single-page detection, narrow lines, batched detection, wide lines."""
     from ocrforge.scheduling.gpu import GpuScheduler
 
     eng = OCR(torch_cpu_engine.config.with_(**{"det.batch_size": 8, "rec.batch_size": 128}))
@@ -276,8 +276,9 @@ def test_the_warm_up_plan_takes_every_bucket_shape_once_most_used_first(torch_cp
     assert set(shapes) == want
     kinds = ["det1" if rt is gs.det and sh[0] == 1 else "detn" if rt is gs.det
              else "ori" if rt is ori else "rec" if sh[3] <= 1280 else "wide" for rt, sh, _ in plan]
-    firsts = [kinds.index(k) for k in ("det1", "rec", "ori", "detn", "wide")]
-    lasts = [len(kinds) - 1 - kinds[::-1].index(k) for k in ("det1", "rec", "ori", "detn", "wide")]
+    order = ("ori", "det1", "rec", "detn", "wide")
+    firsts = [kinds.index(k) for k in order]
+    lasts = [len(kinds) - 1 - kinds[::-1].index(k) for k in order]
     assert all(lasts[i] < firsts[i + 1] for i in range(4)), kinds
     assert all(post is gs.rec_post(True) for rt, _, post in plan if rt is gs.rec)
 
@@ -307,6 +308,50 @@ def test_a_warm_up_with_a_budget_stops_once_it_is_spent(torch_cpu_engine, monkey
     taken.clear()
     gs.warmup()  # no budget: every shape
     assert taken == plan
+
+
+@pytest.mark.parametrize("cut_short", [True, False])
+def test_an_idle_driver_finishes_a_warm_up_its_budget_cut_short(pages, torch_cpu_engine, monkeypatch,
+                                                                  cut_short):
+    """A server's start captures the warm-up plan for --warmup-s seconds; what is left, its
+    driver thread captures while no request is in hand, in plan order, in its own thread (the
+    cuDNN plans stay there). Without a cut-short warm-up an idle driver guesses nothing from the
+    plan (shapes not met stay uncaptured in a batch run). Graphs need CUDA: the runtime's
+    capture stands in."""
+    import threading
+    import time
+
+    from ocrforge.runtimes.torch import TorchRuntime
+
+    warmed: list[tuple] = []
+
+    def warmup(self, shapes, post=None):
+        warmed.extend((self.label, tuple(sh), threading.current_thread().name) for sh in shapes)
+        return 0.0
+
+    monkeypatch.setattr(TorchRuntime, "warmup", warmup)
+    monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None, share=0.5: True)
+    gs = _scheduler(torch_cpu_engine)
+    plan = [(rt.label, sh) for rt, sh, _ in gs.warmup_plan(gs.rec_post(True) is not None)]
+    gs.warmup(budget_s=0.0 if cut_short else None)
+    assert gs.warmup_cut_short == cut_short
+    warmed.clear()
+
+    from ocrforge.scheduling.gpu import FLUSH
+
+    def items():  # as a server streams requests (gpu_stream): FLUSH sends what is held back
+        yield pages[0]
+        yield FLUSH
+        time.sleep(1.5)  # nothing arrives: the driver is idle
+        yield pages[0]
+
+    texts = [p.text for p in gs.run(items())]
+    assert texts[0] == texts[1]
+    from_plan = [(lab, sh) for lab, sh, th in warmed if th.startswith("ocrforge-gpu-driver")]
+    if cut_short:
+        assert from_plan and from_plan == plan[: len(from_plan)]
+    else:
+        assert from_plan == []
 
 
 def test_warm_up_captures_only_shapes_without_a_graph(torch_cpu_engine, monkeypatch):

@@ -231,6 +231,7 @@ class GpuScheduler:
         self.capture_when_idle = g.capture_when_idle
         self.gc_freeze = g.gc_freeze
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
+        self.warmup_cut_short = False  # a warm-up stopped on its budget: idle drivers go on
         self.stats = SchedulerStats()
         # a list to trace the driver's passes into (gpu_loop.TRACE_COLUMNS; a diagnostic for
         # benchmarks/driver_timeline.py), None: not traced
@@ -301,12 +302,14 @@ class GpuScheduler:
     def warmup(self, budget_s: float | None = None) -> float:
         """Capture every bucket shape now, most used first (warmup_plan), on this thread;
         with ``budget_s``, stop once that many seconds are spent (a capture begun finishes:
-        0.4-2.5 s each on the H100). Shapes left are captured as pages bring them. Seconds spent."""
+        ~1 s each on the H100). Shapes left are captured as pages bring them, or by the
+        driver thread while it has nothing to do (next_idle_capture). Seconds spent."""
         t0 = time.perf_counter()
         steps = bool(self.runner.config.layout.enabled and self.runner.config.layout.words)
         with torch.inference_mode(), self.device_context():
             for rt, shape, post in self.warmup_plan(steps):
                 if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                    self.warmup_cut_short = True  # idle drivers capture the rest
                     break
                 if rt.needs_graph(shape, post, share=1.0):
                     rt.warmup([shape], post)
@@ -316,9 +319,10 @@ class GpuScheduler:
 
     def warmup_plan(self, steps: bool) -> list[tuple[Any, tuple[int, ...], Any]]:
         """(runtime, input shape, post) of every bucket shape, in the order a warm-up takes
-        them: detection of one page per bucket (a served request at low concurrency), the
-        recognition widths up to 1280 px, page orientation, detection's batch shapes (under
-        load), then the wide recognition widths, which few lines need."""
+        them: page orientation (every page, few small shapes), detection of one page per
+        bucket (a served request at low concurrency), the recognition widths up to 1280 px,
+        detection's batch shapes (under load), then the wide recognition widths, which few
+        lines need."""
         h = self.runner.rec_prep.height
         post = self.rec_post(steps)
         det1 = [(self.det, (1, 3, hb, wb), self.det_post) for hb, wb in self.page_buckets]
@@ -331,35 +335,38 @@ class GpuScheduler:
                                          for n in self.orient_row_shapes()]
         narrow = [r for r in rec if r[1][3] <= 1280]
         wide = [r for r in rec if r[1][3] > 1280]
-        return det1 + narrow + orient + detn + wide
+        return orient + det1 + narrow + detn + wide
 
     def next_idle_capture(self, steps: bool) -> tuple[Any, tuple[int, ...], Any] | None:
         """(runtime, input shape, post) of one CUDA graph worth capturing while the driver
         thread has nothing to do, or None: a sibling of a shape already met (the other batch
         shape of its detection bucket, the other row shapes of its recognition width, the
-        other page-orientation shape) that has no graph yet. Each is offered once."""
-        for rt, shape, post in self._idle_candidates(steps):
+        other page-orientation shape) that has no graph yet, then, after a warm-up that its
+        budget cut short (a server's start), the rest of its plan. Each is offered once."""
+        for rt, shape, post, share in self._idle_candidates(steps):
             key = (id(rt), shape, post)
             if key in self._idle_tried:
                 continue
             self._idle_tried.add(key)
-            if rt.needs_graph(shape, post):
+            if rt.needs_graph(shape, post, share=share):
                 return rt, shape, post
         return None
 
-    def _idle_candidates(self, steps: bool) -> Iterator[tuple[Any, tuple[int, ...], Any]]:
+    def _idle_candidates(self, steps: bool) -> Iterator[tuple[Any, tuple[int, ...], Any, float]]:
         # shapes met so far (the graph path counts them); sorted() snapshots them at once
         for _, c, hb, wb in sorted(getattr(self.det, "uses", ())):
             for n in sorted({1, self.det_batch_for((hb, wb))}):
-                yield self.det, (n, c, hb, wb), self.det_post
+                yield self.det, (n, c, hb, wb), self.det_post, 0.5
         widths = sorted({s[3] for s in getattr(self.rec, "uses", ())})
         for wb in widths:
             for n in self.rec_row_shapes(wb):
-                yield self.rec, (n, 3, self.runner.rec_prep.height, wb), self.rec_post(steps)
+                yield self.rec, (n, 3, self.runner.rec_prep.height, wb), self.rec_post(steps), 0.5
         ori = self.orient_runtime()
         if ori is not None and getattr(ori, "uses", None):
             for n in self.orient_row_shapes():
-                yield ori, (n, 3, po.SIZE, po.SIZE), None
+                yield ori, (n, 3, po.SIZE, po.SIZE), None, 0.5
+        if self.warmup_cut_short:  # the bucket shapes themselves: the whole graph budget
+            yield from ((rt, shape, post, 1.0) for rt, shape, post in self.warmup_plan(steps))
 
     # ------------------------------------------------------------------ device pieces
     def upload(self, p: GpuPage) -> None:
