@@ -45,7 +45,8 @@ class ServerSettings:
     warmup: bool = True
     # seconds a server on the GPU (the torch runtime's scheduler) may spend before it says ready
     # capturing the CUDA graphs of the bucket shapes requests will meet, most used first; the
-    # rest are captured as requests bring them. 0: only the warm-up page's shapes
+    # rest are captured while the server is idle or as requests bring them (~1 s a shape on an
+    # H100: ~60 shapes at the default limit). 0: only the warm-up page's shapes
     warmup_s: float = 30.0
     # runtime torch: requests' pages join one long-lived run of the engine's GPU scheduler
     # (scheduling/gpu_stream.py) rather than each batch through ocr_images. None: on for an
