@@ -214,15 +214,10 @@ def test_time_with_the_inflight_window_full_is_counted(pages, torch_cpu_engine):
     assert big.stats.inflight_full_s == 0
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine, monkeypatch, on):
-    """A served page waited 0.4-2.5 s for the cuDNN plans of a shape the driver thread had not
-    run yet (H100, 2026-12-06). While a run has nothing to do, its driver thread captures the
-    other batch shape of a detection bucket already met and the other row shapes of a
-    recognition width, one at a time, in its own thread. Here the runtime's capture stands in
-    (graphs need CUDA); ``gpu.capture_when_idle=False`` captures nothing. Pages read the same."""
+def _stand_in_captures(monkeypatch) -> list[tuple]:
+    """Graphs need CUDA: the runtime's capture records (label, shape, thread) instead, and
+    every shape is said to lack a graph. Returns the record."""
     import threading
-    import time
 
     from ocrforge.runtimes.torch import TorchRuntime
 
@@ -234,6 +229,19 @@ def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine
 
     monkeypatch.setattr(TorchRuntime, "warmup", warmup)
     monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None, share=0.5: True)
+    return warmed
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_an_idle_run_captures_the_siblings_of_shapes_met(pages, torch_cpu_engine, monkeypatch, on):
+    """A served page waited 0.4-2.5 s for the cuDNN plans of a shape the driver thread had not
+    run yet (H100, 2026-12-06). While a run has nothing to do, its driver thread captures the
+    other batch shape of a detection bucket already met and the other row shapes of a
+    recognition width, one at a time, in its own thread. Here the runtime's capture stands in
+    (graphs need CUDA); ``gpu.capture_when_idle=False`` captures nothing. Pages read the same."""
+    import time
+
+    warmed = _stand_in_captures(monkeypatch)
     gs = _scheduler(torch_cpu_engine, capture_when_idle=on)
     want = [p.text for p in gs.run(pages[:1])]
     hb, wb = gs.page_bucket(*gs.runner.det_prep.shape(*pages[0].shape[:2], gs.limit))
@@ -318,21 +326,11 @@ def test_an_idle_driver_finishes_a_warm_up_its_budget_cut_short(pages, torch_cpu
     cuDNN plans stay there). Without a cut-short warm-up an idle driver guesses nothing from the
     plan (shapes not met stay uncaptured in a batch run). Graphs need CUDA: the runtime's
     capture stands in."""
-    import threading
     import time
 
-    from ocrforge.runtimes.torch import TorchRuntime
-
-    warmed: list[tuple] = []
-
-    def warmup(self, shapes, post=None):
-        warmed.extend((self.label, tuple(sh), threading.current_thread().name) for sh in shapes)
-        return 0.0
-
-    monkeypatch.setattr(TorchRuntime, "warmup", warmup)
-    monkeypatch.setattr(TorchRuntime, "needs_graph", lambda self, shape, post=None, share=0.5: True)
+    warmed = _stand_in_captures(monkeypatch)
     gs = _scheduler(torch_cpu_engine)
-    plan = [(rt.label, sh) for rt, sh, _ in gs.warmup_plan(gs.rec_post(True) is not None)]
+    plan = [(rt.label, sh) for rt, sh, _ in gs.warmup_plan(steps=True)]  # words on by default
     gs.warmup(budget_s=0.0 if cut_short else None)
     assert gs.warmup_cut_short == cut_short
     warmed.clear()
