@@ -211,3 +211,119 @@ def test_a_failing_capture_of_the_common_shapes_leaves_the_server_ready(engine, 
         assert state.info["warmup_shapes"] == "0"
     finally:
         state.batcher.stop(timeout=60)
+
+
+def _streaming_batcher(engine, **kw):
+    from ocrforge.server.admission import Admission
+    from ocrforge.server.batcher import Batcher
+
+    adm = Admission(max_pages=100, engines=1, safety=1.0, unit_s=1e-6)  # admits anything
+    return Batcher([engine], admission=adm, gpu_pipeline=True, **kw)
+
+
+async def _request(b, page):
+    """One one-page request through the batcher, as the server's upload handler makes it."""
+    job = b.open(b.default_key(), b.admit([0.3], time_left_s=60))
+    await b.acquire_slot()
+    b.put(job, page)
+    b.finish(job)
+    try:
+        return await job.future
+    finally:
+        job.reservation.release()
+
+
+def test_a_bad_page_in_a_streamed_batch_fails_only_its_own_request(engine):
+    """Pages of several requests share a batch on their way to the GPU stream. A page the
+    scheduler cannot read failed every request of its batch (run_stream raised for the batch):
+    now only its own request gets the error, naming the input."""
+    import asyncio
+
+    import cv2
+    import numpy as np
+
+    from ocrforge.io.inputs import PageImage
+
+    good = cv2.imdecode(np.frombuffer(text_image(["Good request"], width=480), np.uint8),
+                        cv2.IMREAD_COLOR)
+    batches: list[tuple[int, int]] = []
+    b = _streaming_batcher(engine, max_batch_pages=8, max_batch_ms=1e9,
+                           on_batch=lambda pages, requests, dt: batches.append((pages, requests)))
+
+    async def main():
+        reqs = [asyncio.ensure_future(_request(b, PageImage("good.png", 0, good))),
+                asyncio.ensure_future(_request(b, PageImage("broken.png", 0, b"not an image")))]
+        while b.queued_pages < 2:  # both queued before the worker starts: one batch
+            await asyncio.sleep(0.01)
+        b.start()
+        return await asyncio.gather(*reqs, return_exceptions=True)
+
+    try:
+        ok, bad = asyncio.run(main())
+    finally:
+        b.stop(60)
+    assert not isinstance(ok, BaseException), ok
+    assert "".join(ok[0].text.split()) == "Goodrequest"
+    assert isinstance(bad, RuntimeError) and "broken.png" in str(bad)
+    assert batches == [(2, 2)]  # they did share a batch
+
+
+def test_a_streamed_batch_does_not_hold_its_worker_until_its_pages_are_read(engine, monkeypatch):
+    """The GPU stream batches across everything in flight; a batch worker that waited for its
+    batch's pages kept at most workers x batch pages in the scheduler (48 of 64 concurrent
+    requests, H100 2026-12-07) and held each page until the slowest of its batch was read.
+    With one worker and a stream that has read nothing yet, a later request still reaches the
+    stream, and is answered as soon as its own page is read."""
+    import asyncio
+    from concurrent.futures import Future
+
+    from ocrforge.result import Page
+
+    submitted: list[tuple[object, Future]] = []
+
+    class HeldStream:  # stands in for GpuStream: pages are read when the test says so
+        alive = True
+
+        def submit(self, image):
+            fut: Future = Future()
+            submitted.append((image, fut))
+            return fut
+
+    b = _streaming_batcher(engine, max_batch_pages=8, max_wait_ms=0)
+    b.stream_workers = 1
+    monkeypatch.setattr(b, "_stream", lambda eng, det_limit: HeldStream())
+    b.start()
+
+    async def main():
+        first = asyncio.ensure_future(_request(b, _page("first")))
+        for _ in range(200):
+            if submitted:
+                break
+            await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(_request(b, _page("second")))
+        for _ in range(200):
+            if len(submitted) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(submitted) == 2, "the second request did not reach the stream"
+        submitted[1][1].set_result(Page([], 10, 10, source="x"))
+        got = await asyncio.wait_for(second, 10)
+        assert not first.done()
+        submitted[0][1].set_result(Page([], 10, 10, source="y"))
+        return await asyncio.wait_for(first, 10), got
+
+    try:
+        first, second = asyncio.run(main())
+    finally:
+        b.stop(30)
+    assert first[0].source == "first" and second[0].source == "second"
+
+
+def _page(tag: str):
+    import cv2
+    import numpy as np
+
+    from ocrforge.io.inputs import PageImage
+
+    img = cv2.imdecode(np.frombuffer(text_image([tag], width=320), np.uint8), cv2.IMREAD_COLOR)
+    return PageImage(tag, 0, img)

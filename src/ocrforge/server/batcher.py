@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from ocrforge.engine import OCR
 
 EngineKey = tuple[int, bool]  # (det_limit_side bucket, use_cls)
-STREAM_WORKERS = 8  # batch workers per engine that feeds a GPU stream (Batcher.stream_workers)
+# batch workers per engine that feeds a GPU stream (Batcher.stream_workers): handing pages to
+# the stream does not wait for them to be read, so one keeps it fed
+STREAM_WORKERS = 1
 
 __all__ = ["Batcher", "EngineKey", "Job", "Overloaded", "Stopped", "run_engine"]
 
@@ -94,18 +96,6 @@ def streams_to_gpu(engine: OCR, gpu_pipeline: bool | None) -> bool:
     return gpu_pipeline
 
 
-def run_stream(stream: Any, pages: list[PageImage]) -> list[Page]:
-    """One batch through a long-lived GPU stream (scheduling/gpu_stream.py): the pages join
-    whatever the other workers' batches have in flight there."""
-    futs = [stream.submit(p.image) for p in pages]
-    out = [f.result() for f in futs]
-    for src, page in zip(pages, out, strict=True):
-        if page.error:
-            raise RuntimeError(f"{src.source}: {page.error}")
-        page.source, page.page_index = src.source, src.index
-    return out
-
-
 class Batcher:
     """Dynamic batcher over one or more engines (one worker thread each)."""
 
@@ -133,13 +123,15 @@ class Batcher:
         self._slots = asyncio.Semaphore(self.max_decoded_pages)
         self._on_batch = on_batch
         self.gpu_pipeline = gpu_pipeline
-        # batches in flight per torch engine whose batches go to a GPU stream: its scheduler
-        # batches across them, so one waiting worker must not leave the device idle
         self.stream_workers = STREAM_WORKERS
         self._streams: dict[tuple[int, int], Any] = {}
         self._streams_lock = threading.Lock()
         if max_decoded_pages is None and any(self.streaming(e) for e in engines):
-            self.max_decoded_pages = 2 * self.max_batch_pages * self.stream_workers * len(engines)
+            # a GPU stream's scheduler reads best with its whole window in flight
+            # (gpu.max_inflight pages), plus a batch or two queued behind it
+            self.max_decoded_pages = sum(
+                e.config.gpu.max_inflight + 2 * self.max_batch_pages if self.streaming(e)
+                else 2 * self.max_batch_pages for e in engines)
             self._slots = asyncio.Semaphore(self.max_decoded_pages)
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
@@ -147,6 +139,7 @@ class Batcher:
         self._decoded = 0  # pages holding a slot (decoding, queued or running)
         self._stopping = False
         self._seq = 0
+        self._last_read = 0.0  # when the last streamed page was read
         self._threads: list[threading.Thread] = []
         self.keys_seen: set[EngineKey] = set()  # option keys run so far (bounded by bucketing)
 
@@ -189,11 +182,6 @@ class Batcher:
                 st = self._streams[(id(engine), det_limit)] = GpuStream(
                     engine.gpu_scheduler(det_limit), ReadOptions(det_limit_side=det_limit))
             return st
-
-    def _run(self, engine: OCR, pages: list[PageImage], key: EngineKey) -> list[Page]:
-        if self.streaming(engine) and not key[1]:  # the line classifier: the runner's path
-            return run_stream(self._stream(engine, key[0]), pages)
-        return run_engine(engine, pages, key)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Take no new requests, finish every admitted page, stop the workers. True if they
@@ -291,8 +279,9 @@ class Batcher:
             job.reservation.release()
 
     # ------------------------------------------------------------------ workers
-    def _next_batch(self) -> list[_Item] | None:
-        """Called with the lock held; blocks until a batch is due. None: stop."""
+    def _next_batch(self, eager: bool = False) -> list[_Item] | None:
+        """Called with the lock held; blocks until a batch is due (at once when ``eager``: a
+        GPU stream batches by itself). None: stop."""
         while True:
             if not self._queue:
                 if self._stopping and self._incoming <= 0:
@@ -302,7 +291,7 @@ class Batcher:
             head = self._queue[0]
             chosen, full = self._fill()
             wait = head.enqueued + self.max_wait_s - time.perf_counter()
-            due = wait <= 0 or self._incoming <= 0 or self._stopping
+            due = eager or wait <= 0 or self._incoming <= 0 or self._stopping
             if full or due:
                 ids = {id(it) for it in chosen}
                 self._queue = deque(it for it in self._queue if id(it) not in ids)
@@ -339,7 +328,7 @@ class Batcher:
     def _worker(self, index: int, engine: OCR) -> None:
         while True:
             with self._cond:
-                batch = self._next_batch()
+                batch = self._next_batch(eager=self.streaming(engine))
                 if batch is None:
                     return
             self._execute(engine, batch)
@@ -347,21 +336,66 @@ class Batcher:
     def _execute(self, engine: OCR, batch: list[_Item]) -> None:
         key = batch[0].job.key
         self.keys_seen.add(key)
-        jobs = list({id(it.job): it.job for it in batch}.values())
         t0 = time.perf_counter()
-        for j in jobs:
+        for j in _jobs(batch):
             if j.started is None:
                 j.started = t0
+        if self.streaming(engine) and not key[1]:  # the line classifier: the runner's path
+            self._submit_to_stream(engine, batch, key, t0)
+            return
         try:
-            pages = self._run(engine, [it.page for it in batch], key)
+            pages = run_engine(engine, [it.page for it in batch], key)
             error: BaseException | None = None
         except BaseException as e:  # an engine failure fails this batch's requests, not the server
             pages, error = [], e
-        t1 = time.perf_counter()
-        dt = t1 - t0
-        units = sum(_units(it) for it in batch)
+        dt = time.perf_counter() - t0
         if error is None:
-            self.admission.observe(units, dt)
+            self.admission.observe(sum(_units(it) for it in batch), dt)
+        self._note_batch(batch, dt)
+        self._complete(batch, pages, error)
+
+    def _submit_to_stream(self, engine: OCR, batch: list[_Item], key: EngineKey, t0: float
+                          ) -> None:
+        """Hand the batch's pages to the engine's GPU stream and return: the stream batches
+        across every page in flight, so this worker goes on to the next batch, and each page
+        completes its request's share on its own (a bad page fails only its own request)."""
+        try:
+            stream = self._stream(engine, key[0])
+            futs = [stream.submit(it.page.image) for it in batch]
+        except BaseException as e:  # the stream is closed or failed: these requests get it
+            self._note_batch(batch, time.perf_counter() - t0)
+            self._complete(batch, [], e)
+            return
+        left = [len(batch)]
+        for it, fut in zip(batch, futs, strict=True):
+            fut.add_done_callback(lambda f, it=it: self._page_read(it, f, batch, left, t0))
+
+    def _page_read(self, it: _Item, fut: Any, batch: list[_Item], left: list[int], t0: float
+                   ) -> None:
+        """One streamed page is read (the stream's or a layout worker's thread)."""
+        try:
+            page, error = fut.result(), None
+            if page.error:
+                page, error = None, RuntimeError(f"{it.page.source}: {page.error}")
+            else:
+                page.source, page.page_index = it.page.source, it.page.index
+        except BaseException as e:
+            page, error = None, e
+        now = time.perf_counter()
+        with self._cond:
+            # time between pages read: the stream reads many at once, so a page's own latency
+            # would overstate what a unit of work costs (the admission's drain estimate)
+            since, self._last_read = max(t0, self._last_read), now
+            left[0] -= 1
+            last = left[0] == 0
+        if error is None:
+            self.admission.observe(_units(it), now - since)
+        if last:
+            self._note_batch(batch, now - t0)
+        self._complete([it], [page] if page is not None else [], error)
+
+    def _note_batch(self, batch: list[_Item], dt: float) -> None:
+        jobs = _jobs(batch)
         if self._on_batch is not None:
             try:
                 self._on_batch(len(batch), len(jobs), dt)
@@ -371,10 +405,15 @@ class Batcher:
             j.infer_s += dt
             if len(batch) > j.batch_pages:
                 j.batch_pages, j.batch_requests = len(batch), len(jobs)
+
+    def _complete(self, items: list[_Item], pages: list[Page], error: BaseException | None
+                  ) -> None:
+        """Pages read (or failed): results into their jobs, slots back, finished jobs resolved."""
+        t1 = time.perf_counter()
         finished: list[Job] = []
         with self._cond:
-            self._decoded -= len(batch)
-            for n, it in enumerate(batch):
+            self._decoded -= len(items)
+            for n, it in enumerate(items):
                 j = it.job
                 if error is None:
                     j.results[it.index] = pages[n]
@@ -383,7 +422,7 @@ class Batcher:
                 j.done_count += 1
                 if j.input_done and j.done_count == j.put_count and j not in finished:
                     finished.append(j)
-        for it in batch:
+        for it in items:
             if it.job.reservation is not None:
                 it.job.reservation.page_done(it.index)
             try:
@@ -392,11 +431,15 @@ class Batcher:
                 pass
             it.page = None  # type: ignore[assignment]  # the image is not needed any more
         if error is not None:
-            for j in jobs:
+            for j in _jobs(items):
                 _resolve(j, error=error)
             return
         for j in finished:
             _resolve(j, result=j.results)
+
+
+def _jobs(items: list[_Item]) -> list[Job]:
+    return list({id(it.job): it.job for it in items}.values())
 
 
 def _units(it: _Item) -> float:
