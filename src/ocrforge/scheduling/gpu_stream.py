@@ -1,8 +1,8 @@
 """One long-lived run of a GpuScheduler fed from a queue: what the server feeds on the GPU.
 
 Callers (the server's batch worker, or any threads) submit single pages and wait on (or attach
-callbacks to) their own futures; the scheduler batches across all of them, as it does for one ``read_many`` over
-many pages. Before, every server batch started a run of its own (threads, pools, an empty
+callbacks to) their own futures; the scheduler batches across all of them, as it does for one
+``read_many`` over many pages. Before, every server batch started a run of its own (threads, pools, an empty
 pipeline), so the GPU saw one small batch at a time.
 
     stream = GpuStream(engine.gpu_scheduler(limit), options)
