@@ -60,10 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send a request's headers (default 10)")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up inference")
-    b.add_argument("--warmup-s", type=float, default=30.0, metavar="S",
-                   help="on a GPU: seconds spent before ready capturing the CUDA graphs of the "
-                   "shapes requests will meet, most used first (default 30; 0: only the "
-                   "warm-up page's)")
+    b.add_argument("--warmup-s", type=float, default=120.0, metavar="S",
+                   help="on a GPU: seconds at most spent before ready capturing the CUDA graphs "
+                   "of the shapes requests will meet, most used first (default 120: the whole "
+                   "plan; an H100 server was ready after 71-80 s; 0: only the warm-up page's)")
     b.add_argument("--gpu-pipeline", action=argparse.BooleanOptionalAction, default=None,
                    help="runtime torch: every request's pages join one long-lived run of the "
                    "engine's GPU scheduler, which batches across requests (default: on for an "

@@ -44,10 +44,12 @@ class ServerSettings:
     header_timeout_s: float = 10.0
     warmup: bool = True
     # seconds a server on the GPU (the torch runtime's scheduler) may spend before it says ready
-    # capturing the CUDA graphs of the bucket shapes requests will meet, most used first; the
-    # rest are captured while the server is idle or as requests bring them (~1 s a shape on an
-    # H100: ~60 shapes at the default limit). 0: only the warm-up page's shapes
-    warmup_s: float = 30.0
+    # capturing the CUDA graphs of the bucket shapes requests will meet, most used first; what
+    # is left is captured while the server is idle or as requests bring them. With the whole
+    # plan (53 shapes at the default limit) an H100 server was ready after 71-80 s and its first
+    # 32 requests took p95 0.35 s; with 30 s, ready after 48-57 s and p95 1.8-3.9 s
+    # (2026-12-07, docs/BENCHMARKS.md). 0: only the warm-up page's shapes
+    warmup_s: float = 120.0
     # runtime torch: requests' pages join one long-lived run of the engine's GPU scheduler
     # (scheduling/gpu_stream.py) rather than each batch through ocr_images. None: on for an
     # engine on CUDA (20.8 against 6.1 requests/s at concurrency 1, H100, 2026-12-05), off
