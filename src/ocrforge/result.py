@@ -125,14 +125,15 @@ class Line:
         return min(xs), min(ys), max(xs), max(ys)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {
-            "text": self.text,
-            "poly": _round_poly(self.poly),
-            "score": round(float(self.score), 4),
-            "angle": self.angle,
-        }
+        return self._dict(_round_poly(self.poly), [_round_poly(w.poly) for w in self.words])
+
+    def _dict(self, poly: list[list[float]], word_polys: list[list[list[float]]]) -> dict[str, Any]:
+        """The JSON form with its polys already rounded (Page.to_dict rounds a page's at once)."""
+        d = {"text": self.text, "poly": poly, "score": round(float(self.score), 4),
+             "angle": self.angle}
         if self.words:
-            d["words"] = [w.to_dict() for w in self.words]
+            d["words"] = [{"text": w.text, "poly": wp, "score": round(float(w.score), 4)}
+                          for w, wp in zip(self.words, word_polys, strict=True)]
         return d
 
     @classmethod
@@ -182,7 +183,7 @@ class Page:
             "width": self.width,
             "height": self.height,
             "text": self.text,
-            "lines": [ln.to_dict() for ln in self.lines],
+            "lines": self._line_dicts(),
             "timings_ms": {k: round(v * 1000.0, 3) for k, v in self.timings.items()},
             "error": self.error,
             "rotation": self.rotation,
@@ -192,6 +193,19 @@ class Page:
         if self.dpi is not None:
             d["dpi"] = self.dpi
         return d
+
+    def _line_dicts(self) -> list[dict[str, Any]]:
+        """Every line's JSON form, the polys of all lines and words rounded in one pass (a
+        server answers every request with these: ~1,500 coordinates a page)."""
+        polys = [ln.poly for ln in self.lines]
+        counts = [len(ln.words) for ln in self.lines]
+        polys += [w.poly for ln in self.lines for w in ln.words]
+        rounded = _round_polys(polys)
+        out, k = [], len(self.lines)
+        for i, ln in enumerate(self.lines):
+            out.append(ln._dict(rounded[i], rounded[k : k + counts[i]]))
+            k += counts[i]
+        return out
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
@@ -258,6 +272,31 @@ def _length(line: Line) -> float:
 
 def _round_poly(poly: list[list[float]]) -> list[list[float]]:
     return [[round(float(x), 1), round(float(y), 1)] for x, y in poly]
+
+
+def _round_polys(polys: list[Any]) -> list[list[list[float]]]:
+    """``_round_poly`` of each poly, equal to it value for value, in a few array operations
+    when they all have the same number of corners."""
+    try:
+        a = np.asarray(polys, dtype=np.float64)
+    except ValueError:  # ragged: corners differ in number
+        a = None
+    if a is None or a.ndim != 3 or a.shape[2] != 2:
+        return [_round_poly(p) for p in polys]
+    return _round1(a).tolist()
+
+
+def _round1(a: np.ndarray) -> np.ndarray:
+    """round(x, 1) of every element, as Python computes it (correctly rounded from the exact
+    binary value). rint(10 x) / 10 is that float unless 10 x lies within rounding error of a
+    half (0.15 is stored as 0.1499999..., so Python gives 0.1 where rint(1.5) gives 0.2):
+    those few are rounded by Python."""
+    t = a * 10.0
+    out = np.rint(t) / 10.0
+    near = np.abs(t - np.floor(t) - 0.5) < 1e-6
+    if near.any():
+        out[near] = [round(float(v), 1) for v in a[near]]
+    return out
 
 
 def to_input_frame(points: np.ndarray, angle: int, width: int, height: int) -> np.ndarray:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from ocrforge.io.exporters import EXPORTERS, export, get_exporter
 from ocrforge.io.exporters.text import PAGE_SEPARATOR
 from ocrforge.result import Page
+
+try:
+    import orjson as _orjson
+except ImportError:  # optional: json.dumps gives the same bytes, slower
+    _orjson = None
 
 RESPONSE_SCHEMA = "ocrforge.response/1"
 FORMATS = ("json", *(f for f in EXPORTERS if f != "json"))  # json here is the envelope
@@ -19,16 +25,27 @@ def joined_text(pages: list[Page]) -> str:
 
 def envelope(request_id: str, source: str, kind: str, pages: list[Page],
              timings_ms: dict[str, float], batch: dict[str, int]) -> dict[str, Any]:
+    page_dicts = [p.to_dict() for p in pages]
     return {
         "schema": RESPONSE_SCHEMA,
         "request_id": request_id,
         "source": source,
         "content_type": kind,
-        "pages": [p.to_dict() for p in pages],
-        "text": joined_text(pages),
+        "pages": page_dicts,
+        "text": PAGE_SEPARATOR.join(d["text"] for d in page_dicts),  # as joined_text, once
         "timings_ms": {k: round(v, 3) for k, v in timings_ms.items()},
         "batch": batch,
     }
+
+
+def json_body(content: Any) -> bytes:
+    """``content`` as compact UTF-8 JSON, as Starlette's JSONResponse writes it; by orjson
+    where it is installed (the serve extra): the same bytes for a response envelope (floats
+    in their shortest form either way), ~7x faster, and the server's JSON shares the
+    interpreter lock with a GPU engine's driver thread."""
+    if _orjson is not None:
+        return _orjson.dumps(content)
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def markdown(pages: list[Page]) -> str:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from ocrforge.config import bucket_det_limit
 from ocrforge.io.exporters import get_exporter
@@ -28,7 +28,7 @@ from ocrforge.server.admission import (
 from ocrforge.server.batcher import Batcher, EngineKey, Job
 from ocrforge.server.decoding import PageStream, Probe, is_pdf, probe
 from ocrforge.server.errors import ApiError
-from ocrforge.server.formats import envelope, render
+from ocrforge.server.formats import envelope, json_body, render
 from ocrforge.server.service import ServiceState
 from ocrforge.server.upload import UploadHold, read_upload, request_options
 
@@ -156,7 +156,7 @@ async def respond(request: Request, state: ServiceState, job: Job, out: Outcome,
     rid = request.scope.get("state", {}).get("request_id", "")
     body = envelope(rid, upload.source, kind, out.pages, timings,
                     {"pages": job.batch_pages, "requests": job.batch_requests})
-    return JSONResponse(body, headers=headers)
+    return Response(json_body(body), media_type="application/json", headers=headers)
 
 
 async def serve_ocr(request: Request, state: ServiceState, batcher: Batcher, hold: UploadHold,
