@@ -433,6 +433,7 @@ DEFAULT_VARIANTS: dict[str, dict] = {  # the default engine with one change (e2e
     "-layout8": {"gpu.layout_processes": 8},
     "-sw1": {"_switch_ms": 1.0},  # the interpreter's GIL switch interval at 1 ms (default 5)
     "-sw05": {"_switch_ms": 0.5},
+    "-swi1": {"gpu.switch_interval_ms": 1.0},  # the same, set by the engine while it runs
     # the cyclic garbage collector: everything alive after the first page frozen (never
     # traversed again), or young generations collected 30x less often
     "-gcfreeze": {"_gc": "freeze"}, "-gcbig": {"_gc": (20000, 20, 10)},

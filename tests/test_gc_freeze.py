@@ -12,9 +12,14 @@ class _Cycle:
         self.me = self
 
 
+def _alone(monkeypatch) -> None:
+    """On its own: engines of other tests may hold the freeze in this process."""
+    for name, empty in (("_holders", set()), ("_frozen", []), ("_switch_before", [])):
+        monkeypatch.setattr(gc_freeze, name, empty)
+
+
 def test_frozen_cyclic_garbage_is_collected_once_the_last_holder_lets_go(monkeypatch):
-    # on its own: engines of other tests may hold the freeze in this process
-    monkeypatch.setattr(gc_freeze, "_holders", set())
+    _alone(monkeypatch)
     was_frozen = gc.get_freeze_count() > 0
     gc.unfreeze()
     a, b = object(), object()
@@ -39,7 +44,7 @@ def test_frozen_cyclic_garbage_is_collected_once_the_last_holder_lets_go(monkeyp
 def test_garbage_left_before_the_freeze_is_collected_not_frozen(monkeypatch):
     """An engine closed earlier leaves cyclic garbage (its CUDA graphs among it, on a GPU):
     frozen with the rest it stayed in memory until the unfreeze (bench, H100, 2026-12-07)."""
-    monkeypatch.setattr(gc_freeze, "_holders", set())
+    _alone(monkeypatch)
     was_frozen = gc.get_freeze_count() > 0
     gc.unfreeze()
     old = _Cycle()
@@ -58,7 +63,7 @@ def test_garbage_left_before_the_freeze_is_collected_not_frozen(monkeypatch):
 def test_the_last_release_collects_what_the_freeze_kept(monkeypatch):
     """After the unfreeze a closed engine's cycles sat in the oldest generation until some
     later full collection: the next engine's bench row reserved 14.0 GiB against 9.3."""
-    monkeypatch.setattr(gc_freeze, "_holders", set())
+    _alone(monkeypatch)
     was_frozen = gc.get_freeze_count() > 0
     gc.unfreeze()
     owner = object()
@@ -71,5 +76,30 @@ def test_the_last_release_collects_what_the_freeze_kept(monkeypatch):
     try:
         assert ref() is None
     finally:
+        if was_frozen:
+            gc.freeze()
+
+
+def test_the_switch_interval_is_set_while_held_and_restored_after(monkeypatch):
+    """gpu.switch_interval_ms: the first holder that asks sets it, the last release restores
+    it; a holder without the freeze (gpu.gc_freeze off) freezes nothing."""
+    import sys
+
+    _alone(monkeypatch)
+    before = sys.getswitchinterval()
+    was_frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    a, b = object(), object()
+    try:
+        gc_freeze.hold(a, freeze=False, switch_s=0.001)
+        assert sys.getswitchinterval() == 0.001 and gc.get_freeze_count() == 0
+        gc_freeze.hold(b, switch_s=0.002)  # set already: the first holder's stays
+        assert sys.getswitchinterval() == 0.001 and gc.get_freeze_count() > 0
+        gc_freeze.release(a)
+        assert sys.getswitchinterval() == 0.001
+        gc_freeze.release(b)
+        assert sys.getswitchinterval() == before and gc.get_freeze_count() == 0
+    finally:
+        sys.setswitchinterval(before)
         if was_frozen:
             gc.freeze()

@@ -257,6 +257,10 @@ class GpuConfig(_Section):
     # collector's full passes skip them: a full pass over torch and the engine stopped every
     # thread of a run for up to ~200 ms; undone when the engine closes (scheduling/gc_freeze.py)
     gc_freeze: bool = True
+    # the interpreter's switch interval while a GPU run is open (ms; None: Python's 5 ms): how
+    # long another thread (a server's request handling, layout results) may hold the lock the
+    # driver thread needs between its device calls; restored when the last run closes
+    switch_interval_ms: float | None = Field(None, gt=0)
     # input pixels per detection call (millions): bounds GPU memory (activations and graph
     # pools scale with it); a big card may raise it for a little more throughput
     det_batch_megapixels: float = Field(4.0, gt=0)

@@ -230,6 +230,7 @@ class GpuScheduler:
         self.orient_shapes = sorted({min(8, g.orient_batch), g.orient_batch})
         self.capture_when_idle = g.capture_when_idle
         self.gc_freeze = g.gc_freeze
+        self.switch_s = None if g.switch_interval_ms is None else g.switch_interval_ms / 1000.0
         self._idle_tried: set[tuple] = set()  # shapes offered for an idle capture once
         self.warmup_cut_short = False  # a warm-up stopped on its budget: idle drivers go on
         self.stats = SchedulerStats()
@@ -705,8 +706,8 @@ class GpuScheduler:
         s.det_limit = self.limit
         self.ensure_db_pool()
         self.ensure_layout_pool(s)
-        if self.gc_freeze:
-            gc_freeze.hold(self)
+        if self.gc_freeze or self.switch_s is not None:
+            gc_freeze.hold(self, freeze=self.gc_freeze, switch_s=self.switch_s)
         w = Workers("ocrforge-gpu")  # closing the run stops and joins its threads (threads.py)
         out_q = w.queue(self.max_inflight * 2)
         in_q = w.queue(self.decoded_queue)
