@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
 EngineKey = tuple[int, bool]  # (det_limit_side bucket, use_cls)
 # batch workers per engine that feeds a GPU stream (Batcher.stream_workers): handing pages to
-# the stream does not wait for them to be read, so one keeps it fed
-STREAM_WORKERS = 1
+# the stream does not wait for them to be read, so one keeps it fed; the second goes on
+# dispatching while the other runs a batch of cls=on requests (the runner's path, in the call)
+STREAM_WORKERS = 2
 
 __all__ = ["Batcher", "EngineKey", "Job", "Overloaded", "Stopped", "run_engine"]
 
