@@ -17,10 +17,12 @@ def test_rounding_in_one_pass_equals_python_round_everywhere():
     halves = (np.arange(-20000, 20000) + 0.5) / 10.0
     near = np.concatenate([np.nextafter(halves, np.inf), np.nextafter(halves, -np.inf)])
     vals = np.concatenate([halves, near, rng.uniform(-1e4, 1e5, 200_000),
-                           rng.integers(0, 5000, 5000) / 100.0, [0.0, -0.0, 1e-9, -0.04, 1e15]])
+                           rng.integers(0, 5000, 5000) / 100.0, [0.0, -0.0, 1e-9, -0.04, 1e15],
+                           rng.uniform(1e7, 1e12, 20_000) + 0.05, [1e308, -1e308, np.inf]])
     got = _round1(vals)
     want = np.array([round(float(v), 1) for v in vals])
     assert np.array_equal(got, want)
+    assert np.isnan(_round1(np.array([np.nan]))[0])
     assert np.array_equal(np.signbit(got), np.signbit(want))  # -0.0 stays -0.0
 
 

@@ -290,12 +290,14 @@ def _round1(a: np.ndarray) -> np.ndarray:
     """round(x, 1) of every element, as Python computes it (correctly rounded from the exact
     binary value). rint(10 x) / 10 is that float unless 10 x lies within rounding error of a
     half (0.15 is stored as 0.1499999..., so Python gives 0.1 where rint(1.5) gives 0.2):
-    those few are rounded by Python."""
-    t = a * 10.0
-    out = np.rint(t) / 10.0
-    near = np.abs(t - np.floor(t) - 0.5) < 1e-6
-    if near.any():
-        out[near] = [round(float(v), 1) for v in a[near]]
+    those few are rounded by Python, and so are values too large for 10 x to be that close
+    (|x| >= 1e8), infinities and NaNs."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = a * 10.0
+        out = np.rint(t) / 10.0
+        odd = ~(np.abs(a) < 1e8) | (np.abs(t - np.floor(t) - 0.5) < 1e-6)
+    if odd.any():
+        out[odd] = [round(float(v), 1) for v in a[odd]]
     return out
 
 
