@@ -92,6 +92,17 @@ def text_image(lines: list[str], width: int = 900, line_h: int = 64, font_size: 
     return buf.getvalue()
 
 
+def page_image(text: str, width: int = 320, source: str | None = None):
+    """A decoded one-line page as the server's upload decoding hands it to the batcher."""
+    import cv2
+    import numpy as np
+
+    from ocrforge.io.inputs import PageImage
+
+    img = cv2.imdecode(np.frombuffer(text_image([text], width=width), np.uint8), cv2.IMREAD_COLOR)
+    return PageImage(source or text, 0, img)
+
+
 def text_pdf(pages: list[list[str]]) -> bytes:
     """A PDF with one page per entry (rendered text images, Pillow's PDF writer)."""
     imgs = [Image.open(io.BytesIO(text_image(p))).convert("RGB") for p in pages]

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 import torch
-from serverkit import ServerProcess, text_image
+from serverkit import ServerProcess, page_image, text_image
 from test_core_paths import make_page
 
 from ocrforge import OCR
@@ -239,19 +239,14 @@ def test_a_bad_page_in_a_streamed_batch_fails_only_its_own_request(engine):
     now only its own request gets the error, naming the input."""
     import asyncio
 
-    import cv2
-    import numpy as np
-
     from ocrforge.io.inputs import PageImage
 
-    good = cv2.imdecode(np.frombuffer(text_image(["Good request"], width=480), np.uint8),
-                        cv2.IMREAD_COLOR)
     batches: list[tuple[int, int]] = []
     b = _streaming_batcher(engine, max_batch_pages=8, max_batch_ms=1e9,
                            on_batch=lambda pages, requests, dt: batches.append((pages, requests)))
 
     async def main():
-        reqs = [asyncio.ensure_future(_request(b, PageImage("good.png", 0, good))),
+        reqs = [asyncio.ensure_future(_request(b, page_image("Good request", 480, "good.png"))),
                 asyncio.ensure_future(_request(b, PageImage("broken.png", 0, b"not an image")))]
         while b.queued_pages < 2:  # both queued before the worker starts: one batch
             await asyncio.sleep(0.01)
@@ -295,12 +290,12 @@ def test_a_streamed_batch_does_not_hold_its_worker_until_its_pages_are_read(engi
     b.start()
 
     async def main():
-        first = asyncio.ensure_future(_request(b, _page("first")))
+        first = asyncio.ensure_future(_request(b, page_image("first")))
         for _ in range(200):
             if submitted:
                 break
             await asyncio.sleep(0.01)
-        second = asyncio.ensure_future(_request(b, _page("second")))
+        second = asyncio.ensure_future(_request(b, page_image("second")))
         for _ in range(200):
             if len(submitted) == 2:
                 break
@@ -317,13 +312,3 @@ def test_a_streamed_batch_does_not_hold_its_worker_until_its_pages_are_read(engi
     finally:
         b.stop(30)
     assert first[0].source == "first" and second[0].source == "second"
-
-
-def _page(tag: str):
-    import cv2
-    import numpy as np
-
-    from ocrforge.io.inputs import PageImage
-
-    img = cv2.imdecode(np.frombuffer(text_image([tag], width=320), np.uint8), cv2.IMREAD_COLOR)
-    return PageImage(tag, 0, img)

@@ -74,4 +74,4 @@ def test_server_json_body_is_what_starlette_would_send():
         assert formats.json_body(env) == want
     finally:
         formats._orjson = real
-    assert env["text"] == formats.joined_text(pages)
+    assert env["text"] == formats.joined_text(p.text for p in pages)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from PIL import Image, ImageDraw
-from serverkit import ServerProcess, text_image
+from serverkit import ServerProcess, page_image, text_image
 
 from ocrforge.server.admission import Admission, Overloaded, page_units
 
@@ -204,15 +204,6 @@ def test_work_over_the_timeout_alone_is_refused_at_once():
 
 
 # ------------------------------------------------------------------ batcher with a real engine
-def _page(tag: str):
-    import cv2
-    import numpy as np
-
-    from ocrforge.io.inputs import PageImage
-
-    img = cv2.imdecode(np.frombuffer(text_image([tag], width=320), np.uint8), cv2.IMREAD_COLOR)
-    return PageImage(tag, 0, img)
-
 
 def test_batcher_streams_pages_through_bounded_slots_and_cancels_cleanly(engine):
     from ocrforge.server.batcher import Batcher
@@ -230,7 +221,7 @@ def test_batcher_streams_pages_through_bounded_slots_and_cancels_cleanly(engine)
                 for i in range(n):
                     await b.acquire_slot()
                     peak[0] = max(peak[0], b.decoded_pages)
-                    b.put(job, _page(f"{tag} {i}"))
+                    b.put(job, page_image(f"{tag} {i}"))
                 b.finish(job)
                 return await job.future
         except TimeoutError:
@@ -276,9 +267,9 @@ def test_batcher_serves_a_one_page_request_before_the_rest_of_a_long_one(engine)
         short = b.open(key, b.admit([0.3], time_left_s=60))
         for i in range(6):
             await b.acquire_slot()
-            b.put(long, _page(f"Long {i}"))
+            b.put(long, page_image(f"Long {i}"))
         await b.acquire_slot()
-        b.put(short, _page("Short"))
+        b.put(short, page_image("Short"))
         b.finish(long)
         b.finish(short)
         done, _ = await asyncio.wait([long.future, short.future],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ocrforge.io.exporters import EXPORTERS, export, get_exporter
@@ -19,8 +19,9 @@ RESPONSE_SCHEMA = "ocrforge.response/1"
 FORMATS = ("json", *(f for f in EXPORTERS if f != "json"))  # json here is the envelope
 
 
-def joined_text(pages: list[Page]) -> str:
-    return PAGE_SEPARATOR.join(p.text for p in pages)
+def joined_text(texts: Iterable[str]) -> str:
+    """The pages' texts as one, as the response's ``text``."""
+    return PAGE_SEPARATOR.join(texts)
 
 
 def envelope(request_id: str, source: str, kind: str, pages: list[Page],
@@ -32,7 +33,7 @@ def envelope(request_id: str, source: str, kind: str, pages: list[Page],
         "source": source,
         "content_type": kind,
         "pages": page_dicts,
-        "text": PAGE_SEPARATOR.join(d["text"] for d in page_dicts),  # as joined_text, once
+        "text": joined_text(d["text"] for d in page_dicts),  # each page's text built once
         "timings_ms": {k: round(v, 3) for k, v in timings_ms.items()},
         "batch": batch,
     }
