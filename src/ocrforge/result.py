@@ -240,13 +240,39 @@ def line_direction(line: Line) -> tuple[float, float]:
 
 def rows_text(lines: list[Line]) -> str:
     """Lines one row a line, lines sharing a row (an item and its price) joined by a space."""
-    rows: list[list[Line]] = []
-    for line in lines:
-        if rows and _same_row(rows[-1][-1], line):
-            rows[-1].append(line)
-        else:
-            rows.append([line])
-    return "\n".join(" ".join(ln.text for ln in row) for row in rows)
+    if not lines:
+        return ""
+    parts = [lines[0].text]
+    for ln, joined in zip(lines[1:], _row_joins(lines), strict=True):
+        parts += (" " if joined else "\n", ln.text)
+    return "".join(parts)
+
+
+def _row_joins(lines: list[Line]) -> list[bool]:
+    """``_same_row`` of each line and the next, the projections of all pairs in a few array
+    operations (the same products, sums and comparisons, so the same answers): a server builds
+    the text of every page it answers. Each line's length and direction stay Python's."""
+    try:
+        p = np.asarray([ln.poly for ln in lines], dtype=np.float64)
+    except ValueError:  # ragged: corners differ in number
+        p = None
+    if p is None or p.ndim != 3 or p.shape[1] < 4 or p.shape[2] != 2 \
+            or not np.isfinite(p).all():
+        return [_same_row(a, b) for a, b in zip(lines, lines[1:], strict=False)]
+    lengths = [_length(ln) for ln in lines]
+    dirs = [line_direction(ln) for ln in lines]
+    u = np.array([dirs[i] if lengths[i] >= lengths[i + 1] else dirs[i + 1]
+                  for i in range(len(lines) - 1)]).reshape(-1, 1, 2)
+    ux, uy = u[..., 0], u[..., 1]
+    a, b = p[:-1], p[1:]
+    a_along = a[..., 0] * ux + a[..., 1] * uy
+    b_along = b[..., 0] * ux + b[..., 1] * uy
+    a_across = a[..., 0] * -uy + a[..., 1] * ux
+    b_across = b[..., 0] * -uy + b[..., 1] * ux
+    a_hi, a_lo, b_hi, b_lo = (a_across.max(1), a_across.min(1), b_across.max(1), b_across.min(1))
+    overlap = np.minimum(a_hi, b_hi) - np.maximum(a_lo, b_lo)
+    thin = np.minimum(a_hi - a_lo, b_hi - b_lo)
+    return ((b_along.min(1) >= a_along.min(1)) & (overlap > 0.5 * thin)).tolist()
 
 
 def _same_row(a: Line, b: Line) -> bool:
