@@ -44,9 +44,6 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    "comma separated (cuda:0,cuda:1), run one engine each over a shared page queue")
     g.add_argument("--gpus", type=int, metavar="N",
                    help="one engine on each of the first N GPUs (--device cuda:0,...,cuda:N-1)")
-    g.add_argument("--gpu-memory", type=float, metavar="GIB",
-                   help="the most GPU memory the engine's allocator may take, per process "
-                   "(default: the whole card); below what it would use it reads slower")
     g.add_argument("--precision", help="all networks: fp32; fp16, int8, int8-dynamic (onnxruntime); "
                    f"fp16, bf16 (torch) (default {d.det.precision}; ONNX Runtime fp16/int8 "
                    "artifacts come from `ocrforge build`)")
@@ -104,8 +101,6 @@ def engine_config_from_args(args: argparse.Namespace):
         ch["intra_op_threads"] = args.threads
     if getattr(args, "det_limit", None):
         ch["det_limit_side"] = args.det_limit
-    if getattr(args, "gpu_memory", None) is not None:
-        ch["gpu.memory_limit_gib"] = args.gpu_memory
     if getattr(args, "use_cls", None):
         ch["use_cls"] = True
     if getattr(args, "page_orientation", None) is not None:

@@ -265,10 +265,6 @@ class GpuConfig(_Section):
     # pools scale with it); a big card may raise it for a little more throughput
     det_batch_megapixels: float = Field(4.0, gt=0)
     orient_batch: int = Field(32, ge=1)  # pages per page-orientation call on the device
-    # the most GPU memory PyTorch's allocator may take in this process (GiB; None: the whole
-    # card): past it batches split and fewer line crops are held, so the engine reads slower
-    # instead of taking the card (runtimes/device_memory.py; the CUDA context comes on top)
-    memory_limit_gib: float | None = Field(None, gt=0)
     # engine processes behind read_many on one GPU, each with its own driver thread and CUDA
     # graphs, over one shared page queue (scheduling/engine_process.py): one driver thread's
     # Python bounds a process well below what the GPU does. None: 1 (in this process) until

@@ -15,7 +15,6 @@ from ocrforge.models.artifacts import artifact_path
 from ocrforge.models.registry import resolve_models
 from ocrforge.result import Page
 from ocrforge.runtimes.base import Runtime
-from ocrforge.runtimes.device_memory import limit_device_memory
 from ocrforge.runtimes.factory import open_onnx, open_torch
 from ocrforge.stages.detect import normalization
 from ocrforge.stages.recognize import space_class
@@ -46,9 +45,6 @@ class OCR:
             cfg = cfg.with_(**overrides)
         self.config = cfg
         self.models = resolve_models(cfg.models.name, cfg.models.dir)
-        # gpu.memory_limit_gib, set before the networks take their first bytes
-        self._memory_limited = cfg.runtime.backend == "torch" and limit_device_memory(
-            cfg.runtime.device, cfg.gpu.memory_limit_gib)
         self._graph_share: Any = None  # runtime.shared_graph_pool: the first torch runtime's
         self._share_graphs = cfg.runtime.shared_graph_pool
         det_rt = self._open("det", cfg.det.precision, cfg.det.threads)
@@ -269,9 +265,6 @@ class OCR:
         if self._gpu_pool is not None:
             self._gpu_pool.close()
             self._gpu_pool = None
-        if self._memory_limited:  # the process's allocator may take the whole card again
-            self._memory_limited = False
-            limit_device_memory(self.config.runtime.device, None)
 
 
 def on_devices(devices: Sequence[str], config: EngineConfig | None = None,
