@@ -1,0 +1,92 @@
+"""The GPU stream with its engine in a child process (scheduling/stream_process.py, what
+`ocrforge serve --engine-process` feeds): pages from several threads read as the same
+scheduler reads them in this process, a bad page fails only its own caller, and a child that
+dies fails every waiting caller instead of leaving them waiting. On the CPU (the scheduler's
+torch path), as the GPU stream's own tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+from test_core_paths import make_page
+
+from ocrforge import OCR
+from ocrforge.config import EngineConfig, ReadOptions
+from ocrforge.scheduling.stream_process import ProcessStream
+
+CFG = EngineConfig().with_(runtime="torch", device="cpu", det_limit_side=736,
+                           **{"runtime.intra_op_threads": 1})
+OPTS = ReadOptions(det_limit_side=736)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    torch.set_num_threads(2)
+    return OCR(CFG)
+
+
+def _texts(page) -> list[str]:
+    return [ln.text for ln in page.lines]
+
+
+def test_process_stream_reads_pages_from_many_threads_like_the_scheduler_here(engine):
+    imgs = [make_page(i)[0] for i in range(6)]
+    ref = list(engine.gpu_scheduler(736).run(imgs, OPTS))
+    stream = ProcessStream(OCR, CFG, 736, OPTS, warm_page=imgs[0])
+    try:
+        assert stream.wait_ready(600)["pid"] == stream.pid != os.getpid()
+        got: dict = {}
+
+        def client(k: int) -> None:
+            for i in range(k, len(imgs), 3):
+                got[i] = stream.submit(imgs[i]).result(timeout=600)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = stream.submit(b"not an image")
+        again = stream.submit(imgs[1]).result(timeout=300)  # a lone page, after the bad one
+        assert bad.result(timeout=300).error  # its own page says why; nothing else failed
+    finally:
+        stream.close(120)
+    assert [_texts(got[i]) for i in range(len(imgs))] == [_texts(p) for p in ref]
+    assert sum(len(p.lines) for p in ref) > 100
+    assert _texts(again) == _texts(ref[1])
+    assert not stream.alive
+    with pytest.raises(RuntimeError, match="closed"):
+        stream.submit(imgs[0])
+
+
+def test_a_process_stream_whose_child_dies_fails_its_waiting_pages():
+    stream = ProcessStream(OCR, CFG, 736, OPTS)
+    try:
+        stream.wait_ready(600)
+        big = np.full((2400, 1800, 3), 255, np.uint8)
+        waiting = [stream.submit(big) for _ in range(4)]
+        os.kill(stream.pid, signal.SIGKILL)
+        for fut in waiting:
+            with pytest.raises(RuntimeError, match="died"):
+                fut.result(timeout=60)
+        assert not stream.alive
+        with pytest.raises(RuntimeError, match="died"):
+            stream.submit(big)
+    finally:
+        stream.close(10)
+
+
+def _no_engine(cfg: EngineConfig) -> OCR:
+    raise FileNotFoundError("det.onnx is missing")
+
+
+def test_a_process_stream_that_cannot_start_says_why():
+    stream = ProcessStream(_no_engine, CFG, 736, OPTS)
+    with pytest.raises(RuntimeError, match="did not start.*det.onnx is missing"):
+        stream.wait_ready(300)
+    assert not stream.alive
