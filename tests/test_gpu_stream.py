@@ -144,6 +144,46 @@ def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path
     assert "Traceback" not in srv.log()
 
 
+def test_server_with_its_engine_in_a_child_process_serves_like_the_engine(tmp_path, engine):
+    """--engine-process: the stream's engine runs in a child process; concurrent requests read
+    as the engine here reads their pages, a bad upload is still its own request's error, and
+    the child ends with the server."""
+    import psutil
+
+    pages = [text_image([f"Child request {k} line {j}" for j in range(5)], width=1000) for k in range(3)]
+    srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", "--engine-process", "--det-limit",
+                        "736", api_key=None, log_dir=tmp_path)
+    try:
+        srv.wait_ready(timeout=400)
+        assert httpx.get(srv.url + "/readyz").json()["engine_process"] == "on"
+        children = psutil.Process(srv.proc.pid).children()
+        assert any("spawn" in " ".join(c.cmdline()) for c in children)
+        out: dict = {}
+
+        def request(k: int) -> None:
+            out[k] = httpx.post(srv.url + "/v1/ocr", files={"file": (f"p{k}.png", pages[k])},
+                                timeout=300)
+
+        threads = [threading.Thread(target=request, args=(k,)) for k in range(len(pages))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = httpx.post(srv.url + "/v1/ocr", files={"file": ("bad.png", b"\x89PNG broken")},
+                         timeout=60)
+    finally:
+        srv.stop()
+    ref = list(engine.gpu_scheduler().run(pages))
+    for k, r in out.items():
+        assert r.status_code == 200, r.text
+        (page,) = r.json()["pages"]
+        assert [ln["text"] for ln in page["lines"]] == _texts(ref[k]), k
+    assert 400 <= bad.status_code < 500 and "bad.png" in bad.text
+    assert "Traceback" not in srv.log()
+    for c in children:
+        assert not c.is_running() or c.status() == psutil.STATUS_ZOMBIE
+
+
 def test_server_streams_to_the_gpu_scheduler_by_default_on_cuda_only():
     """`ocrforge serve --device cuda` feeds the GPU scheduler (measured faster on a GPU);
     torch on the CPU and ONNX Runtime keep batches through ocr_images unless asked."""

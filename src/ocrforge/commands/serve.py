@@ -64,6 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="on a GPU: seconds at most spent before ready capturing the CUDA graphs "
                    "of the shapes requests will meet, most used first (default 120: the whole "
                    "plan; an H100 server was ready after 71-80 s; 0: only the warm-up page's)")
+    b.add_argument("--engine-process", action="store_true",
+                   help="with the GPU stream: run its engine in a child process, so its driver "
+                   "thread shares no interpreter lock with request handling (not yet measured "
+                   "as a server; fed without HTTP the stream read 1.6-2x what the server answered)")
     b.add_argument("--gpu-pipeline", action=argparse.BooleanOptionalAction, default=None,
                    help="runtime torch: every request's pages join one long-lived run of the "
                    "engine's GPU scheduler, which batches across requests (default: on for an "
@@ -127,6 +131,7 @@ def settings_from_args(args: argparse.Namespace):
         warmup=not args.no_warmup,
         warmup_s=args.warmup_s,
         gpu_pipeline=args.gpu_pipeline,
+        engine_process=args.engine_process,
     )
     s.validate()
     return s

@@ -111,6 +111,7 @@ class Batcher:
         max_decoded_pages: int | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
         gpu_pipeline: bool | None = None,
+        stream_factory: Callable[[OCR, int], Any] | None = None,
     ):
         if not engines:
             raise ValueError("at least one engine is needed")
@@ -124,6 +125,8 @@ class Batcher:
         self._slots = asyncio.Semaphore(self.max_decoded_pages)
         self._on_batch = on_batch
         self.gpu_pipeline = gpu_pipeline
+        # a GPU stream for (engine, detection limit); None: GpuStream in this process
+        self.stream_factory = stream_factory
         self.stream_workers = STREAM_WORKERS
         self._streams: dict[tuple[int, int], Any] = {}
         self._streams_lock = threading.Lock()
@@ -180,9 +183,14 @@ class Batcher:
         with self._streams_lock:
             st = self._streams.get((id(engine), det_limit))
             if st is None or not st.alive:  # a failed run fails its own pages, not the server
-                st = self._streams[(id(engine), det_limit)] = GpuStream(
-                    engine.gpu_scheduler(det_limit), ReadOptions(det_limit_side=det_limit))
+                st = self._streams[(id(engine), det_limit)] = (
+                    self.stream_factory(engine, det_limit) if self.stream_factory else GpuStream(
+                        engine.gpu_scheduler(det_limit), ReadOptions(det_limit_side=det_limit)))
             return st
+
+    def stream_for(self, engine: OCR, det_limit: int) -> Any:
+        """The stream this engine's pages of this detection limit go to (started if need be)."""
+        return self._stream(engine, det_limit)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Take no new requests, finish every admitted page, stop the workers. True if they

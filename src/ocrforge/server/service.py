@@ -95,6 +95,48 @@ def _warm_up(s: ServerSettings, eng: Any) -> tuple[float, int]:
     return unit_s, captured
 
 
+def _in_child(s: ServerSettings, eng: Any) -> bool:
+    """Whether this engine's pages go to a GPU stream whose engine runs in a child process
+    (``--engine-process``)."""
+    return s.engine_process and streams_to_gpu(eng, s.gpu_pipeline)
+
+
+def _child_streams(s: ServerSettings) -> Any:
+    """``--engine-process``: each GPU stream's engine in a child process (its driver thread
+    then shares no interpreter lock with the request handling). The first stream warms up as
+    this process would have (the warm-up page, then ``warmup_s`` of captures); later ones
+    (another detection limit, or after a child died) only run the warm-up page."""
+    from ocrforge.engine import OCR
+    from ocrforge.scheduling.stream_process import ProcessStream
+
+    first = [True]
+
+    def start(eng: Any, limit: int) -> Any:
+        warmup_s = s.warmup_s if first[0] and s.warmup else 0.0
+        first[0] = False
+        st = ProcessStream(OCR, eng.config, limit, ReadOptions(det_limit_side=limit),
+                           warm_page=_warmup_image().image if s.warmup else None,
+                           warmup_s=warmup_s, name=f"ocrforge-stream-{limit}")
+        info = st.wait_ready()
+        log.info("ocrforge: engine process %s ready (%s shapes captured)", info["pid"],
+                 info["warmup_shapes"])
+        return st
+
+    return start
+
+
+def _first_child_page(batcher: Batcher, eng: Any) -> tuple[float, int]:
+    """Start the engine's child stream and time the warm-up page through it: engine seconds
+    per work unit (admission's estimate), and the shapes the child captured."""
+    limit = eng.config.det.limit_side
+    st = batcher.stream_for(eng, limit)
+    page = _warmup_image()
+    t = time.perf_counter()
+    st.submit(page.image).result()
+    units = page_units(page.width, page.height, eng.det_shape(page.width, page.height))
+    return (time.perf_counter() - t) / units, int(st.info.get("warmup_shapes", 0))
+
+
 def _capture_common_shapes(gp: Any, budget_s: float) -> int:
     """The CUDA graphs of the bucket shapes requests will meet, most used first, before the
     server says ready: a fresh server otherwise made its first requests wait for each new
@@ -128,6 +170,7 @@ def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
         "max_decoded_pages": str(batcher.max_decoded_pages),
         # requests' pages join one long-lived run of the GPU scheduler (--gpu-pipeline, torch)
         "gpu_stream": "on" if batcher.streaming(engines[0]) else "off",
+        "engine_process": "on" if _in_child(s, engines[0]) else "off",
     }
 
 
@@ -142,7 +185,7 @@ def load_engines(state: ServiceState) -> None:
         t0 = time.perf_counter()
         for dev in devices:
             eng, cls_rt = _open_engine(s, dev, len(devices))
-            if s.warmup:
+            if s.warmup and not _in_child(s, eng):  # a child engine warms itself up
                 u, n = _warm_up(s, eng)
                 unit_s, captured = max(unit_s, u), captured + n
             engines.append(eng)
@@ -153,7 +196,14 @@ def load_engines(state: ServiceState) -> None:
         batcher = Batcher(engines, max_batch_pages=s.max_batch_pages, max_wait_ms=s.max_wait_ms,
                           max_batch_ms=s.max_batch_ms, admission=admission,
                           max_decoded_pages=s.max_decoded_pages or None,
-                          on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline)
+                          on_batch=state.metrics.on_batch, gpu_pipeline=s.gpu_pipeline,
+                          stream_factory=_child_streams(s) if s.engine_process else None)
+        for eng in engines:
+            if _in_child(s, eng):  # started and warmed up before ready
+                u, n = _first_child_page(batcher, eng)
+                unit_s, captured = max(unit_s, u), captured + n
+        if unit_s:
+            admission.unit_s = unit_s
         batcher.start()
         state.info = _engine_info(engines, devices, s, batcher)
         state.info.update(warmup_shapes=str(captured), start_s=f"{time.perf_counter() - t0:.1f}")

@@ -55,6 +55,12 @@ class ServerSettings:
     # engine on CUDA (20.8 against 6.1 requests/s at concurrency 1, H100, 2026-12-05), off
     # on the CPU
     gpu_pipeline: bool | None = None
+    # the GPU stream's engine in a child process (scheduling/stream_process.py): its driver
+    # thread then shares no interpreter lock with the request handling. Fed without HTTP the
+    # stream read 110-137 requests/s at concurrency 64 where the server answered 69 (H100,
+    # 2026-12-07); not yet measured as a server, so off. This process keeps its own engine's
+    # networks (on the device, for cls=on requests, which run in the call)
+    engine_process: bool = False
 
     def validate(self) -> None:
         if self.workers < 1:
