@@ -27,8 +27,6 @@ import cv2
 def start(server_args: str):
     """(engine, stream, state) as `ocrforge serve SERVER_ARGS` sets them up before ready."""
     from ocrforge.commands.serve import register, settings_from_args
-    from ocrforge.config import ReadOptions
-    from ocrforge.scheduling.gpu_stream import GpuStream
     from ocrforge.server.service import ServiceState, load_engines
 
     parser = argparse.ArgumentParser()
@@ -39,8 +37,8 @@ def start(server_args: str):
     if not state.ready:
         raise RuntimeError(state.load_error)
     eng = state.batcher.engines[0]
-    limit = eng.config.det.limit_side
-    stream = GpuStream(eng.gpu_scheduler(limit), ReadOptions(det_limit_side=limit))
+    # the server's own stream: in this process, or with --engine-process in its child
+    stream = state.batcher.stream_for(eng, eng.config.det.limit_side)
     return stream, state, time.perf_counter() - t0
 
 
@@ -105,8 +103,7 @@ def main() -> None:
                 if a.out:  # as it goes: a call cut short keeps what was measured
                     Path(a.out).write_text(json.dumps(out, indent=1))
     finally:
-        stream.close(60)
-        state.batcher.stop(timeout=60)
+        state.batcher.stop(timeout=60)  # closes the stream too
 
 
 if __name__ == "__main__":
