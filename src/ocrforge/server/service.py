@@ -104,16 +104,16 @@ def _in_child(s: ServerSettings, eng: Any) -> bool:
 def _child_streams(s: ServerSettings) -> Any:
     """``--engine-process``: each GPU stream's engine in a child process (its driver thread
     then shares no interpreter lock with the request handling). The first stream warms up as
-    this process would have (the warm-up page, then ``warmup_s`` of captures); later ones
-    (another detection limit, or after a child died) only run the warm-up page."""
+    this process would have (the warm-up page, then ``warmup_s`` of captures); an engine's
+    later ones (another detection limit, or after a child died) only run the warm-up page."""
     from ocrforge.engine import OCR
     from ocrforge.scheduling.stream_process import ProcessStream
 
-    first = [True]
+    warmed: set[int] = set()  # engines (one per device) whose first child captured its plan
 
     def start(eng: Any, limit: int) -> Any:
-        warmup_s = s.warmup_s if first[0] and s.warmup else 0.0
-        first[0] = False
+        warmup_s = s.warmup_s if s.warmup and id(eng) not in warmed else 0.0
+        warmed.add(id(eng))
         st = ProcessStream(OCR, eng.config, limit, ReadOptions(det_limit_side=limit),
                            warm_page=_warmup_image().image if s.warmup else None,
                            warmup_s=warmup_s, name=f"ocrforge-stream-{limit}")
