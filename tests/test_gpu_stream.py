@@ -5,12 +5,10 @@ the CPU (the scheduler's torch path), as the GPU parity tests do."""
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 import torch
-from serverkit import ServerProcess, page_image, text_image
+from serverkit import ServerProcess, in_threads, page_image, text_image
 from test_core_paths import make_page
 
 from ocrforge import OCR
@@ -38,11 +36,7 @@ def test_stream_pages_from_many_threads_read_like_one_run(engine):
         for i in range(k, len(imgs), 3):
             got[i] = stream.submit(imgs[i]).result(timeout=600)
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(client, 3)
     # one page alone (nothing else queued): without the flush it waits for 63 more pages
     lone = stream.submit(imgs[2]).result(timeout=300)
     stream.close(60)
@@ -128,11 +122,7 @@ def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path
             r = httpx.post(srv.url + "/v1/ocr", files={"file": (f"p{k}.png", pages[k])}, timeout=300)
             out[k] = r
 
-        threads = [threading.Thread(target=request, args=(k,)) for k in range(len(pages))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(request, len(pages))
     finally:
         srv.stop()
     ref = list(engine.gpu_scheduler().run(pages))
@@ -164,11 +154,7 @@ def test_server_with_its_engine_in_a_child_process_serves_like_the_engine(tmp_pa
             out[k] = httpx.post(srv.url + "/v1/ocr", files={"file": (f"p{k}.png", pages[k])},
                                 timeout=300)
 
-        threads = [threading.Thread(target=request, args=(k,)) for k in range(len(pages))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(request, len(pages))
         bad = httpx.post(srv.url + "/v1/ocr", files={"file": ("bad.png", b"\x89PNG broken")},
                          timeout=60)
     finally:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
-from serverkit import API_KEY, ServerProcess, bomb_png, norm, text_image, text_pdf
+from serverkit import API_KEY, ServerProcess, bomb_png, in_threads, norm, text_image, text_pdf
 
 from ocrforge.client import Client, OCRServerError
 from ocrforge.config import DET_LIMIT_BUCKETS, bucket_det_limit
@@ -227,11 +227,7 @@ def _concurrent(srv: ServerProcess, data: bytes, n: int) -> list[httpx.Response 
         except Exception as e:  # recorded: a lost response fails the test
             out[i] = e
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    in_threads(one, n, 120)
     return out
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 import numpy as np
 import pytest
 import torch
+from serverkit import in_threads
 from test_core_paths import make_page
 
 from ocrforge import OCR
@@ -46,11 +46,7 @@ def test_process_stream_reads_pages_from_many_threads_like_the_scheduler_here(en
             for i in range(k, len(imgs), 3):
                 got[i] = stream.submit(imgs[i]).result(timeout=600)
 
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(client, 3)
         bad = stream.submit(b"not an image")
         again = stream.submit(imgs[1]).result(timeout=300)  # a lone page, after the bad one
         assert bad.result(timeout=300).error  # its own page says why; nothing else failed
