@@ -10,6 +10,7 @@ import os
 import signal
 
 import pytest
+from exitkit import ends_after
 from jobkit import ENGINE_KW, mixed_inputs
 
 from ocrforge.config import EngineConfig
@@ -104,3 +105,28 @@ def test_the_engine_starts_its_gpu_processes_and_children_start_none(inputs, ref
 ])
 def test_gpu_processes_follow_memory_and_cpus(cpus, free, want):
     assert auto_gpu_processes(cpus, free) == want
+
+
+def test_the_interpreter_ends_after_an_engine_process_died_with_inputs_queued():
+    """Inputs the killed child never took stay in the queue's pipe; the parent must still
+    exit (the queue's feeder thread is not joined at exit)."""
+    ends_after("""
+        import os, signal
+        import numpy as np
+        from jobkit import ENGINE_KW
+        from ocrforge.config import EngineConfig
+        from ocrforge.engine import OCR
+        from ocrforge.scheduling.engine_process import start_engines
+
+        (eng,) = start_engines(OCR, EngineConfig().with_(**ENGINE_KW), 1)
+        big = np.full((2400, 1800, 3), 255, np.uint8)
+        pages = eng.read_many(big for _ in range(12))
+        next(pages)
+        os.kill(eng.pid, signal.SIGKILL)
+        try:
+            list(pages)
+            raise SystemExit("read on after its engine process died")
+        except RuntimeError as e:
+            assert "died" in str(e), e
+        eng.close()
+    """)

@@ -5,6 +5,8 @@ the CPU (the scheduler's torch path), as the GPU parity tests do."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 import torch
@@ -168,6 +170,45 @@ def test_server_with_its_engine_in_a_child_process_serves_like_the_engine(tmp_pa
     assert "Traceback" not in srv.log()
     for c in children:
         assert not c.is_running() or c.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_server_whose_engine_child_dies_starts_another_and_still_exits(tmp_path, engine):
+    """--engine-process: pages sent to a child that is killed fail their own requests, the
+    next request starts a new child and reads as the engine here, and the server still ends
+    by itself on SIGTERM (uvicorn re-raises it: -15), not killed after the wait (-9)."""
+    import os
+    import signal
+
+    import psutil
+
+    big = text_image([f"Child killed here {j}" for j in range(40)], width=3000)
+    page = text_image([f"After the child died line {j}" for j in range(4)], width=1000)
+    srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", "--engine-process", "--det-limit",
+                        "736", api_key=None, log_dir=tmp_path)
+    try:
+        srv.wait_ready(timeout=400)
+        (child,) = [c for c in psutil.Process(srv.proc.pid).children()
+                    if "spawn_main" in " ".join(c.cmdline())]
+        out: dict = {}
+
+        def request(k: int) -> None:
+            if k == 0:
+                time.sleep(1.0)
+                os.kill(child.pid, signal.SIGKILL)
+                return
+            out[k] = httpx.post(srv.url + "/v1/ocr", files={"file": (f"big{k}.png", big)},
+                                timeout=300)
+
+        in_threads(request, 7)
+        after = httpx.post(srv.url + "/v1/ocr", files={"file": ("after.png", page)}, timeout=300)
+    finally:
+        rc = srv.stop(timeout=60)
+    assert all(r.status_code in (200, 500, 503) for r in out.values()), [r.text for r in out.values()]
+    assert after.status_code == 200, after.text
+    (got,) = after.json()["pages"]
+    assert [ln["text"] for ln in got["lines"]] == _texts(next(engine.gpu_scheduler().run([page])))
+    assert rc in (0, -signal.SIGTERM), (rc, srv.log()[-3000:])
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
 
 
 def test_server_streams_to_the_gpu_scheduler_by_default_on_cuda_only():

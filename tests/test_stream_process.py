@@ -12,6 +12,7 @@ import signal
 import numpy as np
 import pytest
 import torch
+from exitkit import ends_after
 from serverkit import in_threads
 from test_core_paths import make_page
 
@@ -86,3 +87,23 @@ def test_a_process_stream_that_cannot_start_says_why():
     with pytest.raises(RuntimeError, match="did not start.*det.onnx is missing"):
         stream.wait_ready(300)
     assert not stream.alive
+
+
+def test_the_interpreter_ends_after_a_process_stream_whose_child_died_with_pages_queued():
+    """The pages the killed child never took stay in the queue's pipe; the parent must still
+    exit (CI hung here for 90 minutes: the queue's feeder thread was joined at exit)."""
+    ends_after("""
+        import os, signal
+        import numpy as np
+        from test_stream_process import CFG, OPTS
+        from ocrforge import OCR
+        from ocrforge.scheduling.stream_process import ProcessStream
+
+        stream = ProcessStream(OCR, CFG, 736, OPTS)
+        stream.wait_ready(600)
+        big = np.full((2400, 1800, 3), 255, np.uint8)
+        waiting = [stream.submit(big) for _ in range(4)]
+        os.kill(stream.pid, signal.SIGKILL)
+        assert all(f.exception(timeout=60) for f in waiting)
+        stream.close(10)
+    """)

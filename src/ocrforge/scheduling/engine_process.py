@@ -203,15 +203,16 @@ class EngineProcess:
         raise RuntimeError(why)
 
     def close(self) -> None:
-        if not self._proc.is_alive():
-            return
-        self.dead = self.dead or "closed"
-        with contextlib.suppress(Exception):
-            self._jobs.put_nowait(None)
-        self._proc.join(timeout=10)
         if self._proc.is_alive():
-            self._proc.terminate()
-            self._proc.join(timeout=5)
+            self.dead = self.dead or "closed"
+            with contextlib.suppress(Exception):
+                self._jobs.put_nowait(None)
+            self._proc.join(timeout=10)
+            if self._proc.is_alive():
+                self._proc.terminate()
+                self._proc.join(timeout=5)
+        # the child is gone: inputs it never took are dropped, not waited for at exit
+        self._jobs.cancel_join_thread()
 
 
 def start_engines(factory: Callable[[EngineConfig], Any], config: EngineConfig, n: int

@@ -252,3 +252,4 @@ class ProcessPool:
             if p.is_alive():
                 p.terminate()
         self._procs.clear()
+        self._jobs.cancel_join_thread()  # nothing reads what is left: not waited for at exit

@@ -155,6 +155,7 @@ class ProcessStream:
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join(5.0)
+        self._jobs.cancel_join_thread()
         self._fail("the engine process stream is closed")
 
     def _get(self, timeout: float) -> tuple:
@@ -186,7 +187,9 @@ class ProcessStream:
                 elif fut is not None:
                     fut.set_exception(RuntimeError(msg[2]))
                 continue
-            # "closed" or "fatal": nothing more comes
+            # "closed" or "fatal": nothing more comes, and nothing reads the pages left in the
+            # jobs pipe; without this the interpreter would wait at exit for them to be sent
+            self._jobs.cancel_join_thread()
             self.dead = self.dead or (str(msg[1]) if kind == "fatal" else "closed")
             self._fail(self.dead)
             return

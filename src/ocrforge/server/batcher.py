@@ -180,13 +180,17 @@ class Batcher:
     def _stream(self, engine: OCR, det_limit: int) -> Any:
         from ocrforge.scheduling.gpu_stream import GpuStream
 
+        retired = None
         with self._streams_lock:
             st = self._streams.get((id(engine), det_limit))
             if st is None or not st.alive:  # a failed run fails its own pages, not the server
+                retired = st
                 st = self._streams[(id(engine), det_limit)] = (
                     self.stream_factory(engine, det_limit) if self.stream_factory else GpuStream(
                         engine.gpu_scheduler(det_limit), ReadOptions(det_limit_side=det_limit)))
-            return st
+        if retired is not None:  # a dead engine child is reaped, and its queues let go
+            retired.close(5.0)
+        return st
 
     def stream_for(self, engine: OCR, det_limit: int) -> Any:
         """The stream this engine's pages of this detection limit go to (started if need be)."""
