@@ -136,20 +136,24 @@ def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path
     assert "Traceback" not in srv.log()
 
 
-def test_server_with_its_engine_in_a_child_process_serves_like_the_engine(tmp_path, engine):
-    """--engine-process: the stream's engine runs in a child process; concurrent requests read
-    as the engine here reads their pages, a bad upload is still its own request's error, and
-    the child ends with the server."""
+@pytest.mark.parametrize("children", [1, 2])
+def test_server_with_its_engine_in_child_processes_serves_like_the_engine(tmp_path, engine,
+                                                                          children):
+    """--engine-process [N]: the stream's engine runs in N child processes; concurrent requests
+    read as the engine here reads their pages, a bad upload is still its own request's error,
+    and the children end with the server."""
     import psutil
 
     pages = [text_image([f"Child request {k} line {j}" for j in range(5)], width=1000) for k in range(3)]
-    srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", "--engine-process", "--det-limit",
-                        "736", api_key=None, log_dir=tmp_path)
+    flag = ["--engine-process"] + ([str(children)] if children > 1 else [])
+    srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", *flag, "--det-limit", "736",
+                        api_key=None, log_dir=tmp_path)
     try:
         srv.wait_ready(timeout=400)
-        assert httpx.get(srv.url + "/readyz").json()["engine_process"] == "on"
-        children = psutil.Process(srv.proc.pid).children()
-        assert any("spawn" in " ".join(c.cmdline()) for c in children)
+        ready = httpx.get(srv.url + "/readyz").json()
+        assert (ready["engine_process"], ready["engine_processes"]) == ("on", str(children))
+        children_now = psutil.Process(srv.proc.pid).children()
+        assert sum("spawn_main" in " ".join(c.cmdline()) for c in children_now) == children
         out: dict = {}
 
         def request(k: int) -> None:
@@ -168,7 +172,7 @@ def test_server_with_its_engine_in_a_child_process_serves_like_the_engine(tmp_pa
         assert [ln["text"] for ln in page["lines"]] == _texts(ref[k]), k
     assert 400 <= bad.status_code < 500 and "bad.png" in bad.text
     assert "Traceback" not in srv.log()
-    for c in children:
+    for c in children_now:
         assert not c.is_running() or c.status() == psutil.STATUS_ZOMBIE
 
 

@@ -19,6 +19,7 @@ from test_core_paths import make_page
 from ocrforge import OCR
 from ocrforge.config import EngineConfig, ReadOptions
 from ocrforge.scheduling.stream_process import ProcessStream
+from ocrforge.scheduling.stream_set import StreamSet
 
 CFG = EngineConfig().with_(runtime="torch", device="cpu", det_limit_side=736,
                            **{"runtime.intra_op_threads": 1})
@@ -61,6 +62,32 @@ def test_process_stream_reads_pages_from_many_threads_like_the_scheduler_here(en
         stream.submit(imgs[0])
 
 
+def test_a_set_of_two_child_streams_reads_like_the_scheduler_and_uses_both(engine):
+    """--engine-process 2: pages from several threads go to the child with the fewest pages in
+    hand; every page reads as the scheduler here reads it, and both children read some."""
+    imgs = [make_page(i)[0] for i in range(6)]
+    ref = list(engine.gpu_scheduler(736).run(imgs, OPTS))
+    streams = [ProcessStream(OCR, CFG, 736, OPTS, name=f"t-{k}") for k in range(2)]
+    for st in streams:
+        st.wait_ready(600)
+    both = StreamSet(streams)
+    try:
+        got: dict = {}
+
+        def client(k: int) -> None:
+            for i in range(k, len(imgs), 3):
+                got[i] = both.submit(imgs[i]).result(timeout=600)
+
+        in_threads(client, 3)
+        assert both.alive and both.pending == 0
+    finally:
+        both.close(120)
+    assert [_texts(got[i]) for i in range(len(imgs))] == [_texts(p) for p in ref]
+    assert sum(both.submitted) == len(imgs) and min(both.submitted) > 0, both.submitted
+    assert len(set(both.info["pids"])) == 2
+    assert not both.alive
+
+
 def test_a_process_stream_whose_child_dies_fails_its_waiting_pages():
     stream = ProcessStream(OCR, CFG, 736, OPTS)
     try:
@@ -98,6 +125,7 @@ def test_the_interpreter_ends_after_a_process_stream_whose_child_died_with_pages
         from test_stream_process import CFG, OPTS
         from ocrforge import OCR
         from ocrforge.scheduling.stream_process import ProcessStream
+from ocrforge.scheduling.stream_set import StreamSet
 
         stream = ProcessStream(OCR, CFG, 736, OPTS)
         stream.wait_ready(600)

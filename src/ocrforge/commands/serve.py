@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="on a GPU: seconds at most spent before ready capturing the CUDA graphs "
                    "of the shapes requests will meet, most used first (default 120: the whole "
                    "plan; an H100 server was ready after 71-80 s; 0: only the warm-up page's)")
-    b.add_argument("--engine-process", action="store_true",
-                   help="with the GPU stream: run its engine in a child process, so its driver "
+    b.add_argument("--engine-process", type=int, nargs="?", const=1, default=0, metavar="N",
+                   help="with the GPU stream: run its engine in a child process (N: that many "
+                   "child engines on the device, each page to the least busy), so its driver "
                    "thread shares no interpreter lock with request handling (not yet measured "
                    "as a server; fed without HTTP the stream read 1.6-2x what the server answered)")
     b.add_argument("--gpu-pipeline", action=argparse.BooleanOptionalAction, default=None,

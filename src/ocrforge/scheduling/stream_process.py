@@ -113,6 +113,11 @@ class ProcessStream:
     def alive(self) -> bool:
         return not self._closed and not self.dead
 
+    @property
+    def pending(self) -> int:
+        """Pages submitted and not yet answered."""
+        return len(self._pending)
+
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
         """Block until the child's engine is warmed up; its info (pid, shapes captured).
         Raises RuntimeError (and ends the child) when it did not start."""

@@ -98,29 +98,38 @@ def _warm_up(s: ServerSettings, eng: Any) -> tuple[float, int]:
 def _in_child(s: ServerSettings, eng: Any) -> bool:
     """Whether this engine's pages go to a GPU stream whose engine runs in a child process
     (``--engine-process``)."""
-    return s.engine_process and streams_to_gpu(eng, s.gpu_pipeline)
+    return s.engine_process > 0 and streams_to_gpu(eng, s.gpu_pipeline)
 
 
 def _child_streams(s: ServerSettings) -> Any:
-    """``--engine-process``: each GPU stream's engine in a child process (its driver thread
-    then shares no interpreter lock with the request handling). The first stream warms up as
-    this process would have (the warm-up page, then ``warmup_s`` of captures); an engine's
-    later ones (another detection limit, or after a child died) only run the warm-up page."""
+    """``--engine-process N``: each GPU stream's engine in N child processes (their driver
+    threads then share no interpreter lock with the request handling), started side by side.
+    The first set warms up as this process would have (the warm-up page, then ``warmup_s`` of
+    captures); an engine's later ones (another detection limit, or after a child died) only
+    run the warm-up page."""
     from ocrforge.engine import OCR
     from ocrforge.scheduling.stream_process import ProcessStream
+    from ocrforge.scheduling.stream_set import StreamSet
 
-    warmed: set[int] = set()  # engines (one per device) whose first child captured its plan
+    warmed: set[int] = set()  # engines (one per device) whose first children captured the plan
 
     def start(eng: Any, limit: int) -> Any:
         warmup_s = s.warmup_s if s.warmup and id(eng) not in warmed else 0.0
         warmed.add(id(eng))
-        st = ProcessStream(OCR, eng.config, limit, ReadOptions(det_limit_side=limit),
-                           warm_page=_warmup_image().image if s.warmup else None,
-                           warmup_s=warmup_s, name=f"ocrforge-stream-{limit}")
-        info = st.wait_ready()
-        log.info("ocrforge: engine process %s ready (%s shapes captured)", info["pid"],
-                 info["warmup_shapes"])
-        return st
+        streams = [ProcessStream(OCR, eng.config, limit, ReadOptions(det_limit_side=limit),
+                                 warm_page=_warmup_image().image if s.warmup else None,
+                                 warmup_s=warmup_s, name=f"ocrforge-stream-{limit}-{k}")
+                   for k in range(s.engine_process)]
+        try:
+            for st in streams:
+                info = st.wait_ready()
+                log.info("ocrforge: engine process %s ready (%s shapes captured)", info["pid"],
+                         info["warmup_shapes"])
+        except BaseException:
+            for st in streams:  # one did not start: the others end with it
+                st.close(5.0)
+            raise
+        return streams[0] if len(streams) == 1 else StreamSet(streams)
 
     return start
 
@@ -171,6 +180,7 @@ def _engine_info(engines: list[Any], devices: list[str], s: ServerSettings,
         # requests' pages join one long-lived run of the GPU scheduler (--gpu-pipeline, torch)
         "gpu_stream": "on" if batcher.streaming(engines[0]) else "off",
         "engine_process": "on" if _in_child(s, engines[0]) else "off",
+        "engine_processes": str(s.engine_process if _in_child(s, engines[0]) else 0),
     }
 
 

@@ -59,8 +59,10 @@ class ServerSettings:
     # thread then shares no interpreter lock with the request handling. Fed without HTTP the
     # stream read 110-137 requests/s at concurrency 64 where the server answered 69 (H100,
     # 2026-12-07); not yet measured as a server, so off. This process keeps its own engine's
-    # networks (on the device, for cls=on requests, which run in the call)
-    engine_process: bool = False
+    # networks (on the device, for cls=on requests, which run in the call). How many child
+    # engines share the device (0: none, the stream runs here); each page goes to the one with
+    # the fewest pages in hand (scheduling/stream_set.py)
+    engine_process: int = 0
 
     def validate(self) -> None:
         if self.workers < 1:
@@ -90,6 +92,8 @@ class ServerSettings:
             raise ValueError("warmup_s must be >= 0")
         if self.decode_threads < 1:
             raise ValueError("decode_threads must be >= 1")
+        if not 0 <= self.engine_process <= 8:
+            raise ValueError("engine_process must be 0 (off) to 8 child engines")
 
     @property
     def engine_devices(self) -> list[str]:
