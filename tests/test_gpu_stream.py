@@ -136,15 +136,39 @@ def test_server_gpu_pipeline_serves_concurrent_requests_like_the_engine(tmp_path
     assert "Traceback" not in srv.log()
 
 
+def _upright_jpeg_stored_turned(lines: list[str]) -> bytes:
+    """A JPEG whose pixels are turned a quarter and whose EXIF orientation (6) turns them
+    back: the decode must apply it, wherever it runs."""
+    import io
+
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(text_image(lines, width=1000))).transpose(Image.Transpose.ROTATE_90)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=92, exif=exif)
+    return buf.getvalue()
+
+
 @pytest.mark.parametrize("children", [1, 2])
 def test_server_with_its_engine_in_child_processes_serves_like_the_engine(tmp_path, engine,
                                                                           children):
-    """--engine-process [N]: the stream's engine runs in N child processes; concurrent requests
-    read as the engine here reads their pages, a bad upload is still its own request's error,
-    and the children end with the server."""
+    """--engine-process [N]: the stream's engine runs in N child processes. Concurrent
+    requests read as the engine here reads their pages decoded here: PNG and JPEG uploads (one
+    with an EXIF turn) go to the child undecoded, a TIFF decoded. A PNG whose header reads but
+    whose pixels do not is its own request's 400, named, from the child's decode; a broken
+    header is decoded (and refused) here. The children end with the server."""
     import psutil
 
-    pages = [text_image([f"Child request {k} line {j}" for j in range(5)], width=1000) for k in range(3)]
+    def lines(k: int) -> list[str]:
+        return [f"Child request {k} line {j}" for j in range(5)]
+
+    uploads = [("p0.png", text_image(lines(0), width=1000)),
+               ("p1.jpg", text_image(lines(1), width=1000, fmt="JPEG")),
+               ("p2.jpg", _upright_jpeg_stored_turned(lines(2))),
+               ("p3.tif", text_image(lines(3), width=1000, fmt="TIFF"))]
+    good = text_image(lines(4), width=1000)
     flag = ["--engine-process"] + ([str(children)] if children > 1 else [])
     srv = ServerProcess("--runtime", "torch", "--gpu-pipeline", *flag, "--det-limit", "736",
                         api_key=None, log_dir=tmp_path)
@@ -157,20 +181,27 @@ def test_server_with_its_engine_in_child_processes_serves_like_the_engine(tmp_pa
         out: dict = {}
 
         def request(k: int) -> None:
-            out[k] = httpx.post(srv.url + "/v1/ocr", files={"file": (f"p{k}.png", pages[k])},
-                                timeout=300)
+            out[k] = httpx.post(srv.url + "/v1/ocr", files={"file": uploads[k]}, timeout=300)
 
-        in_threads(request, len(pages))
+        in_threads(request, len(uploads))
         bad = httpx.post(srv.url + "/v1/ocr", files={"file": ("bad.png", b"\x89PNG broken")},
+                         timeout=60)
+        cut = httpx.post(srv.url + "/v1/ocr", files={"file": ("cut.png", good[:len(good) // 2])},
                          timeout=60)
     finally:
         srv.stop()
-    ref = list(engine.gpu_scheduler().run(pages))
+    ref = list(engine.gpu_scheduler().run([next(iter(engine.decode(b))).image for _, b in uploads]))
     for k, r in out.items():
         assert r.status_code == 200, r.text
         (page,) = r.json()["pages"]
         assert [ln["text"] for ln in page["lines"]] == _texts(ref[k]), k
+        assert f"Child request {k} line 3" in r.json()["text"], k
     assert 400 <= bad.status_code < 500 and "bad.png" in bad.text
+    # pixels the parent never decoded: nothing spent decoding there (Server-Timing)
+    assert ["decode;dur=0.0" in out[k].headers["server-timing"] for k in range(4)] == [
+        True, True, True, False]
+    assert (cut.status_code, cut.json()["error"]["kind"]) == (400, "corrupt_input"), cut.text
+    assert cut.json()["error"]["message"].startswith("cut.png: "), cut.text
     assert "Traceback" not in srv.log()
     for c in children_now:
         assert not c.is_running() or c.status() == psutil.STATUS_ZOMBIE

@@ -33,6 +33,7 @@ from ocrforge.config import ReadOptions
 from ocrforge.io.inputs import PageImage
 from ocrforge.result import Page
 from ocrforge.server.admission import Admission, Overloaded, Reservation, Stopped
+from ocrforge.server.decoding import EncodedPage
 
 if TYPE_CHECKING:
     from ocrforge.engine import OCR
@@ -73,11 +74,15 @@ class Job:
         return (self.started or self.opened) - self.opened
 
 
+class UnreadablePage(ValueError):
+    """An encoded page its engine could not decode (the request's input is at fault)."""
+
+
 @dataclass
 class _Item:
     job: Job
     index: int
-    page: PageImage
+    page: PageImage | EncodedPage
     enqueued: float
 
 
@@ -192,6 +197,13 @@ class Batcher:
             retired.close(5.0)
         return st
 
+    def takes_encoded(self, key: EngineKey) -> bool:
+        """Pages of this key may be queued still encoded (``EncodedPage``): they go to streams
+        whose engine decodes in its own process (``stream_factory``, ``--engine-process``),
+        never through ``ocr_images`` here (cls=on requests)."""
+        return (self.stream_factory is not None and not key[1]
+                and all(self.streaming(e) for e in self.engines))
+
     def stream_for(self, engine: OCR, det_limit: int) -> Any:
         """The stream this engine's pages of this detection limit go to (started if need be)."""
         return self._stream(engine, det_limit)
@@ -248,7 +260,7 @@ class Batcher:
         except RuntimeError:  # loop closed: nobody waits for slots any more
             pass
 
-    def put(self, job: Job, page: PageImage) -> None:
+    def put(self, job: Job, page: PageImage | EncodedPage) -> None:
         """Queue the job's next page (its slot is taken with ``acquire_slot`` first)."""
         with self._cond:
             if job.cancelled:
@@ -389,7 +401,9 @@ class Batcher:
         try:
             page, error = fut.result(), None
             if page.error:
-                page, error = None, RuntimeError(f"{it.page.source}: {page.error}")
+                # an encoded page's error is its decode's: bad input, not an engine failure
+                fail = UnreadablePage if isinstance(it.page, EncodedPage) else RuntimeError
+                page, error = None, fail(f"{it.page.source}: {page.error}")
             else:
                 page.source, page.page_index = it.page.source, it.page.index
         except BaseException as e:

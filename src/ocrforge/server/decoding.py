@@ -4,7 +4,8 @@
    boxes, nothing rendered). Admission is decided on this.
 2. ``PageStream``: the pages themselves, one at a time, from the engine's decode step
    (``engine.decode``, the engine's limits), so a request never holds more decoded pages than
-   the batcher has page slots for.
+   the batcher has page slots for. ``EncodedPages`` instead hands a one-page JPEG or PNG on
+   as its bytes, for an engine that decodes where it reads (``--engine-process``: the child).
 
 PDFium is not thread-safe, not even across documents: every call into it made here holds
 ``PDFIUM_LOCK`` (each PDF page is rendered under the lock, other work runs in parallel).
@@ -25,6 +26,7 @@ from ocrforge.server.errors import ApiError, from_input_error
 
 PDFIUM_LOCK = threading.Lock()
 _MULTI_FRAME = ("tiff", "gif", "webp")
+ENCODED_KINDS = ("jpeg", "png")  # one frame always: handed on undecoded where the engine can
 
 
 @dataclass
@@ -118,3 +120,31 @@ class PageStream:
             err.message = self.source + err.message[len(self._anon):]
             err.args = (err.message,)
         return err
+
+
+@dataclass
+class EncodedPage:
+    """A one-page upload still encoded; its size is the probe's. The engine that reads it
+    decodes it (with the same limits and EXIF handling as ``engine.decode``)."""
+
+    source: str
+    index: int
+    image: bytes
+    width: int
+    height: int
+
+
+class EncodedPages:
+    """``PageStream``'s interface over one encoded page: nothing is decoded here."""
+
+    def __init__(self, data: bytes, size: tuple[int, int], kind: str, source: str):
+        self._page: EncodedPage | None = EncodedPage(source, 0, data, *size)
+        self.kind = kind
+        self.source = source
+
+    def next(self) -> EncodedPage | None:
+        page, self._page = self._page, None
+        return page
+
+    def close(self) -> None:
+        self._page = None

@@ -1,8 +1,9 @@
 """``POST /v1/ocr``, step by step: receive the upload (bounded, 408/413/429) -> options ->
 probe kind, page count and page sizes (no pixels decoded) -> admit by work (429 with a
 computed Retry-After, 422) -> decode pages one at a time in the decode pool, each holding a
-page slot, into the dynamic batcher -> the JSON envelope or an exporter's body. The event loop
-never runs decode or inference."""
+page slot, into the dynamic batcher (a one-page JPEG or PNG for an engine in a child process
+goes on undecoded: the child decodes it) -> the JSON envelope or an exporter's body. The event
+loop never runs decode or inference."""
 
 from __future__ import annotations
 
@@ -25,8 +26,16 @@ from ocrforge.server.admission import (
     TooMuchWork,
     page_units,
 )
-from ocrforge.server.batcher import Batcher, EngineKey, Job
-from ocrforge.server.decoding import PageStream, Probe, is_pdf, probe
+from ocrforge.server.batcher import Batcher, EngineKey, Job, UnreadablePage
+from ocrforge.server.decoding import (
+    ENCODED_KINDS,
+    EncodedPage,
+    EncodedPages,
+    PageStream,
+    Probe,
+    is_pdf,
+    probe,
+)
 from ocrforge.server.errors import ApiError
 from ocrforge.server.formats import envelope, json_body, render
 from ocrforge.server.service import ServiceState
@@ -82,8 +91,23 @@ def admit(batcher: Batcher, found: Probe, key: EngineKey, time_left_s: float,
         raise ApiError(503, "shutting_down", str(e)) from None
 
 
-async def feed_pages(state: ServiceState, batcher: Batcher, job: Job, stream: PageStream,
-                     keep_images: bool) -> Outcome:
+def page_stream(batcher: Batcher, key: EngineKey, found: Probe, upload: Upload,
+                keep_images: bool) -> PageStream | EncodedPages:
+    """The upload's pages: decoded here one at a time, or (one JPEG/PNG page within the
+    limits, for an engine that decodes in its own process) its bytes as they came. Why: the
+    parent then neither decodes nor sends ~6 MB of pixels a page to the child; anything the
+    header check cannot vouch for is decoded here, so its errors are the usual ones."""
+    limits = batcher.engines[0].config.limits
+    (w, h) = found.sizes[0]
+    if (found.kind in ENCODED_KINDS and found.pages == 1 and 0 < w * h <= limits.max_pixels
+            and limits.pages is None and not keep_images and batcher.takes_encoded(key)):
+        return EncodedPages(upload.data, (w, h), found.kind, upload.source)
+    return PageStream(batcher.engines[0].decode(upload.data), upload.data, found.kind,
+                      upload.source)
+
+
+async def feed_pages(state: ServiceState, batcher: Batcher, job: Job,
+                     stream: PageStream | EncodedPages, keep_images: bool) -> Outcome:
     """Decode pages one at a time into the batcher (each first takes a page slot), then wait
     for the engines' results."""
     loop = asyncio.get_running_loop()
@@ -96,7 +120,8 @@ async def feed_pages(state: ServiceState, batcher: Batcher, job: Job, stream: Pa
             page = await loop.run_in_executor(state.decode_pool, stream.next)
             if page is None:
                 break
-            out.decode_s.append(time.perf_counter() - t)
+            if not isinstance(page, EncodedPage):  # else the engine times its own decode
+                out.decode_s.append(time.perf_counter() - t)
             if keep_images:
                 out.images.append(page.image)
             batcher.put(job, page)
@@ -108,8 +133,9 @@ async def feed_pages(state: ServiceState, batcher: Batcher, job: Job, stream: Pa
     return out
 
 
-async def run_pages(state: ServiceState, batcher: Batcher, job: Job, stream: PageStream,
-                    keep_images: bool, t0: float, limit_s: float, source: str) -> Outcome:
+async def run_pages(state: ServiceState, batcher: Batcher, job: Job,
+                    stream: PageStream | EncodedPages, keep_images: bool, t0: float,
+                    limit_s: float, source: str) -> Outcome:
     """``feed_pages`` within the request's time; the job is cancelled on any failure (also
     when the task is cancelled: client gone, server stopping)."""
     answered = False
@@ -123,6 +149,8 @@ async def run_pages(state: ServiceState, batcher: Batcher, job: Job, stream: Pag
                        "(server busy or input large); retry later") from None
     except ApiError:
         raise
+    except UnreadablePage as e:  # "<source>: cannot read (...)", from the engine's decode
+        raise ApiError(400, "corrupt_input", str(e)) from None
     except Exception as e:
         raise ApiError(500, "engine_error", f"{source}: the engine failed "
                        f"({type(e).__name__}: {e})") from None
@@ -180,11 +208,10 @@ async def serve_ocr(request: Request, state: ServiceState, batcher: Batcher, hol
     reservation = admit(batcher, found, key, limit_s - (time.perf_counter() - t0), upload.source)
     state.admitted_requests += 1
     try:
-        stream = PageStream(batcher.engines[0].decode(upload.data), upload.data, found.kind,
-                            upload.source)
+        keep_images = fmt != "json" and get_exporter(fmt).needs_images
+        stream = page_stream(batcher, key, found, upload, keep_images)
         upload.data = b""
         job = batcher.open(key, reservation)
-        keep_images = fmt != "json" and get_exporter(fmt).needs_images
         out = await run_pages(state, batcher, job, stream, keep_images, t0, limit_s,
                               upload.source)
     finally:
