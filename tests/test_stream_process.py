@@ -125,7 +125,6 @@ def test_the_interpreter_ends_after_a_process_stream_whose_child_died_with_pages
         from test_stream_process import CFG, OPTS
         from ocrforge import OCR
         from ocrforge.scheduling.stream_process import ProcessStream
-from ocrforge.scheduling.stream_set import StreamSet
 
         stream = ProcessStream(OCR, CFG, 736, OPTS)
         stream.wait_ready(600)
