@@ -12,19 +12,24 @@ split at cell gaps); only the boxes come back pickled.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import shared_memory
 
 import numpy as np
 
+from ocrforge.scheduling.parent_watch import exit_with_parent
+
 _W: dict = {}
 
 
-def _init(names: list[str], slot_bytes: int, params: tuple) -> None:
+def _init(names: list[str], slot_bytes: int, params: tuple, parent: int) -> None:
     import cv2
 
     from ocrforge.stages.detect import DBDecoder
+
+    exit_with_parent(parent)  # a pool whose owner was killed outright ends with it
 
     # one page per process at a time: cv2's own pool (a thread per core in each of up to 12
     # processes) only oversubscribes the host
@@ -63,7 +68,7 @@ class ShmDBPool:
         self.pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"),
                                         initializer=_init,
                                         initargs=([s.name for s in self.shm], self.slot_bytes,
-                                                  decoder_params))
+                                                  decoder_params, os.getpid()))
 
     def submit(self, prob_u8: np.ndarray, bitmap: np.ndarray, h: int, w: int,
                gray: np.ndarray | None = None) -> Future:

@@ -31,6 +31,7 @@ from typing import Any
 from ocrforge.config import EngineConfig, ReadOptions
 from ocrforge.io.inputs import PageImage, decode_pages
 from ocrforge.result import Page
+from ocrforge.scheduling.parent_watch import exit_with_parent
 
 JOB_QUEUE = 8  # inputs waiting for one child beyond what its own scheduler has taken
 START_TIMEOUT_S = 900.0  # import torch, load the networks (and capture every bucket if asked)
@@ -57,19 +58,6 @@ def child_config(cfg: EngineConfig, processes: int, cpus: int) -> EngineConfig:
                         "gpu.layout_processes": lay})
 
 
-def _watch_parent(parent: int, close: Callable[[], None]) -> None:
-    """Ends this child when its parent is gone (killed without closing it)."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        t = threading.Thread(target=close, daemon=True)
-        t.start()
-        t.join(5.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True, name="ocrforge-parent-watch").start()
-
-
 def _session_items(jobs: Any) -> Iterator[Any]:
     while True:
         msg = jobs.get()
@@ -85,7 +73,7 @@ def _child_main(factory: Callable[[EngineConfig], Any], cfg: dict[str, Any], job
     except BaseException as e:
         results.put(("error", f"engine did not start ({type(e).__name__}: {e})"))
         return
-    _watch_parent(parent, engine.close)
+    exit_with_parent(parent, engine.close)
     results.put(("ready", os.getpid()))
     try:
         while True:

@@ -16,22 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from ocrforge.result import Line, Page, Word
+from ocrforge.scheduling.parent_watch import exit_with_parent
 from ocrforge.stages.recognize import CharSteps
 
 _W: dict[str, Any] = {}
 _STEP_ARRAYS = ("start", "end", "conf", "gap_space")
 
 
-def _init(options: dict[str, Any]) -> None:
+def _init(options: dict[str, Any], parent: int) -> None:
     import cv2
 
     import ocrforge.layout  # noqa: F401  (imported once per process, not per page)
+
+    exit_with_parent(parent)  # a pool whose owner was killed outright ends with it
 
     cv2.setNumThreads(1)  # as in db_workers: one page at a time per process
 
@@ -147,7 +151,7 @@ class LayoutPool:
     def __init__(self, processes: int, options: dict[str, Any]):
         # spawn: the parent has CUDA initialised; forked children must not inherit that
         self.pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"),
-                                        initializer=_init, initargs=(options,))
+                                        initializer=_init, initargs=(options, os.getpid()))
         for _ in range(processes):  # start them now, while the first pages are on the GPU
             self.pool.submit(int)
 

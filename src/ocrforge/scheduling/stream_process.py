@@ -55,8 +55,8 @@ def _send(results: Any, pos: int, fut: Future) -> None:
 def _child_main(factory: Callable[[EngineConfig], Any], cfg: dict[str, Any], det_limit: int,
                 options: ReadOptions | None, page: Any, warmup_s: float, jobs: Any,
                 results: Any, parent: int) -> None:
-    from ocrforge.scheduling.engine_process import _watch_parent
     from ocrforge.scheduling.gpu_stream import GpuStream
+    from ocrforge.scheduling.parent_watch import exit_with_parent
 
     try:
         engine = factory(EngineConfig.from_dict(cfg))
@@ -66,7 +66,7 @@ def _child_main(factory: Callable[[EngineConfig], Any], cfg: dict[str, Any], det
     except BaseException as e:
         results.put(("fatal", f"engine did not start ({type(e).__name__}: {e})"))
         return
-    _watch_parent(parent, engine.close)
+    exit_with_parent(parent, engine.close)
     results.put(("ready", {"pid": os.getpid(), "warmup_shapes": captured}))
     try:
         while (msg := jobs.get()) is not None:
