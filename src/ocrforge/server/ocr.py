@@ -149,7 +149,7 @@ async def run_pages(state: ServiceState, batcher: Batcher, job: Job,
                        "(server busy or input large); retry later") from None
     except ApiError:
         raise
-    except UnreadablePage as e:  # "<source>: cannot read (...)", from the engine's decode
+    except UnreadablePage as e:  # "<source>: <why>", from the decode in the engine's process
         raise ApiError(400, "corrupt_input", str(e)) from None
     except Exception as e:
         raise ApiError(500, "engine_error", f"{source}: the engine failed "
