@@ -195,14 +195,18 @@ def load(url, payloads, concurrency, requests, max_seconds, headers, **kw) -> di
 
 
 # ---------------------------------------------------------------------- scenarios
-def scenario_sweep(url, payloads, args, headers) -> dict:
+def scenario_sweep(url, payloads, args, headers, out: dict) -> dict:
+    """Fills ``out`` level by level (the caller saves it after each: a run cut short keeps
+    the levels it finished)."""
     print(f"sweep: {len(payloads)} images, warm-up {args.warmup} requests", flush=True)
     # a fresh server's first requests, one at a time: what its warm-up left to them
-    out = {"warmup": load(url, payloads, 1, args.warmup, args.max_seconds, headers)}
+    out["warmup"] = load(url, payloads, 1, args.warmup, args.max_seconds, headers)
+    args.save()
     for c in args.concurrency:
         if args.pause_s:  # a server between bursts: what idle-time work can use
             time.sleep(args.pause_s)
         out[str(c)] = load(url, payloads, c, args.requests, args.max_seconds, headers)
+        args.save()
     return out
 
 
@@ -364,12 +368,21 @@ def main(argv: list[str] | None = None) -> int:
             servers[name].wait_ready()
         return servers[name].url
 
+    from ocrforge.config import atomic_write_text
+
+    def save() -> None:  # after each sweep level, and however the run ends
+        if args.out:
+            atomic_write_text(args.out, json.dumps(res, indent=2, ensure_ascii=False) + "\n")
+
+    args.save = save
     try:
         if "sweep" in scenarios:
-            res["sweep"] = scenario_sweep(server("batch", []), payloads, args, headers)
+            url = server("batch", [])
             if "batch" in servers:
                 res["ready_s"] = servers["batch"].ready_s
                 res["ready_info"] = servers["batch"].ready_info
+            res["sweep"] = {}
+            scenario_sweep(url, payloads, args, headers, res["sweep"])
         if "batching" in scenarios and (not args.url or args.url_nobatch):
             on, off = server("batch", []), server("nobatch", ["--no-batching"])
             res["batching"] = scenario_batching(on, off, payloads, args, headers)
@@ -383,16 +396,17 @@ def main(argv: list[str] | None = None) -> int:
                 servers.pop(name).stop()
         if "soak" in scenarios:
             res["soak"] = scenario_soak(server("soak", []), small, args, headers)
+    except SystemExit:  # SIGTERM (above): what was measured so far is saved below
+        res["interrupted"] = "SIGTERM"
+        raise
     finally:
         for s in servers.values():
             s.stop()
+        save()
     res["host"]["load_avg_end"] = os.getloadavg()
     text = markdown(res)
     print("\n" + text)
-    from ocrforge.config import atomic_write_text
-
-    if args.out:
-        atomic_write_text(args.out, json.dumps(res, indent=2, ensure_ascii=False) + "\n")
+    save()
     if args.markdown:
         atomic_write_text(args.markdown, text + "\n")
     return 0
