@@ -124,23 +124,19 @@ class PageStream:
 
 @dataclass
 class EncodedPage:
-    """A one-page upload still encoded; its size is the probe's. The engine that reads it
-    decodes it (with the same limits and EXIF handling as ``engine.decode``)."""
+    """A one-page upload still encoded. The engine that reads it decodes it (with the same
+    limits and EXIF handling as ``engine.decode``)."""
 
     source: str
     index: int
     image: bytes
-    width: int
-    height: int
 
 
 class EncodedPages:
     """``PageStream``'s interface over one encoded page: nothing is decoded here."""
 
-    def __init__(self, data: bytes, size: tuple[int, int], kind: str, source: str):
-        self._page: EncodedPage | None = EncodedPage(source, 0, data, *size)
-        self.kind = kind
-        self.source = source
+    def __init__(self, data: bytes, source: str):
+        self._page: EncodedPage | None = EncodedPage(source, 0, data)
 
     def next(self) -> EncodedPage | None:
         page, self._page = self._page, None

@@ -101,7 +101,7 @@ def page_stream(batcher: Batcher, key: EngineKey, found: Probe, upload: Upload,
     (w, h) = found.sizes[0]
     if (found.kind in ENCODED_KINDS and found.pages == 1 and 0 < w * h <= limits.max_pixels
             and limits.pages is None and not keep_images and batcher.takes_encoded(key)):
-        return EncodedPages(upload.data, (w, h), found.kind, upload.source)
+        return EncodedPages(upload.data, upload.source)
     return PageStream(batcher.engines[0].decode(upload.data), upload.data, found.kind,
                       upload.source)
 
