@@ -15,6 +15,10 @@
 #        e.g. SERVE="--runtime torch --device cuda --precision fp16;--runtime torch --device cuda --precision fp16 --gpu-pipeline";
 #        a set "KEY=VAL ...@args" starts its server with that environment, e.g.
 #        SERVE="--device cuda;OCRFORGE_GPU__LAUNCH_WHEN_IDLE=false@--device cuda");
+#        AB='A server args|B extra args' (after SERVE: load_test.py's ab scenario, both servers
+#        started side by side, each level on A and B in turn for AB_ROUNDS rounds, default 2;
+#        AB_ENV='KEY=VAL ...' for B; AB_TIMEOUT, default 300; SERVE_CONC, SERVE_REQUESTS,
+#        SERVE_WARMUP as for SERVE), e.g. AB="--device cuda|--engine-process";
 #        SERVE_PAUSE_S: seconds without requests before each concurrency level (idle-time work);
 #        SERVE_WARMUP: requests one at a time to a fresh server before the sweep (default 64)
 set -uo pipefail
@@ -56,4 +60,12 @@ if [ -n "${SERVE:-}" ]; then
       --warmup "${SERVE_WARMUP:-64}" --max-seconds 60 --pause-s "${SERVE_PAUSE_S:-0}" --server-args "$sargs" --out "$out/serve$k.json" \
       --markdown "$out/serve$k.md" 2>&1 | tail -20
   done
+fi
+if [ -n "${AB:-}" ]; then
+  echo "== a/b: A ${AB%%|*} | B +${AB#*|} ${AB_ENV:-}"
+  timeout "${AB_TIMEOUT:-300}" python3 benchmarks/load_test.py --images .devset/images \
+    --scenarios ab --server-args "${AB%%|*}" --ab-args "${AB#*|}" --ab-env "${AB_ENV:-}" \
+    --rounds "${AB_ROUNDS:-2}" --concurrency "${SERVE_CONC:-8,64}" --requests "${SERVE_REQUESTS:-256}" \
+    --warmup "${SERVE_WARMUP:-16}" --max-seconds 60 --pause-s "${SERVE_PAUSE_S:-0}" \
+    --out "$out/ab.json" --markdown "$out/ab.md" 2>&1 | tail -30
 fi

@@ -8,6 +8,10 @@ Scenarios (all bounded in requests and time):
   overload  more concurrent clients than the server admits -> 429s, zero 5xx, zero lost
             responses, latency of admitted requests
   soak      N requests of small images -> server RSS after warm-up, at the end, growth %
+  ab        two servers started side by side (A: --server-args, B: those + --ab-args, with
+            --ab-env), then every concurrency level on each in turn, A B then B A, --rounds
+            times -> each server's median req/s and latency a level, and B / A. One start for
+            both instead of one cold start per row, and the order cancels drift within the call
 
 By default the script starts the servers itself (`python -m ocrforge.cli serve` on free
 loopback ports, extra options from --server-args). With --url it targets a running server
@@ -51,7 +55,8 @@ def free_port() -> int:
 class Server:
     """`ocrforge serve` as a child process on a free loopback port."""
 
-    def __init__(self, args: list[str], name: str, log_dir: Path):
+    def __init__(self, args: list[str], name: str, log_dir: Path,
+                 env_extra: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.name = name
@@ -62,6 +67,7 @@ class Server:
         self.cmd = cmd
         self._log = open(self.log_path, "wb")
         env = {k: v for k, v in os.environ.items() if k != "OCRFORGE_API_KEY"}
+        env.update(env_extra or {})
         self.started = time.monotonic()
         self.ready_s: float | None = None  # start -> /readyz 200
         self.ready_info: dict = {}  # what /readyz said then
@@ -107,6 +113,20 @@ def server_rss(url: str, headers: dict[str, str]) -> float | None:
         if line.startswith("process_resident_memory_bytes "):
             return float(line.split()[1])
     return None
+
+
+def start_ab(args: argparse.Namespace, base: list[str], log_dir: Path,
+             servers: dict[str, Server]) -> dict:
+    """Servers A and B, started side by side (registered in ``servers`` at once, so however
+    the run ends they are stopped); what each said when ready."""
+    env = dict(kv.split("=", 1) for kv in shlex.split(args.ab_env))
+    servers["A"] = Server(base, "A", log_dir)
+    servers["B"] = Server(base + shlex.split(args.ab_args), "B", log_dir, env)
+    for name in ("A", "B"):
+        servers[name].wait_ready()
+    return {"a_args": args.server_args, "b_args": f"{args.server_args} {args.ab_args}".strip(),
+            "b_env": args.ab_env, "ready_s": {n: servers[n].ready_s for n in ("A", "B")},
+            "ready_info": {n: servers[n].ready_info for n in ("A", "B")}}
 
 
 # ---------------------------------------------------------------------- load generator
@@ -225,6 +245,45 @@ def scenario_batching(url_on, url_off, payloads, args, headers) -> dict:
             "req_per_s_off": rps_off, "ratio": round(rps_on / rps_off, 3) if rps_off else None}
 
 
+def scenario_ab(urls: dict[str, str], payloads, args, headers, out: dict) -> dict:
+    """Each level on server A and B in turn (A B, then B A in the next round), filling
+    ``out`` as it goes (saved after each run); then the medians and B / A a level."""
+    print(f"a/b: {len(payloads)} images, warm-up {args.warmup} requests each", flush=True)
+    out["warmup"] = {name: load(u, payloads, 1, args.warmup, args.max_seconds, headers)
+                     for name, u in urls.items()}
+    args.save()
+    runs: dict[str, dict[str, list]] = out.setdefault("runs", {})
+    for k in range(args.rounds):
+        order = list(urls) if k % 2 == 0 else list(urls)[::-1]
+        for c in args.concurrency:
+            for name in order:
+                if args.pause_s:
+                    time.sleep(args.pause_s)
+                print(f"round {k + 1}, server {name}:", flush=True)
+                r = load(urls[name], payloads, c, args.requests, args.max_seconds, headers)
+                runs.setdefault(str(c), {}).setdefault(name, []).append(r)
+                args.save()
+    out["median"] = ab_medians(runs)
+    return out
+
+
+def _median(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]  # a run with no answer has no latency
+    return _r(statistics.median(xs), 1) if xs else None
+
+
+def ab_medians(runs: dict[str, dict[str, list]]) -> dict:
+    """Per level: each server's median req/s and p50 / p95 over its rounds, and B / A."""
+    med: dict = {}
+    for c, by in runs.items():
+        row = {name: {k: _median([r[k] for r in rs]) for k in ("req_per_s", "p50_ms", "p95_ms")}
+               | {"rounds": len(rs)} for name, rs in by.items()}
+        a, b = row.get("A", {}).get("req_per_s"), row.get("B", {}).get("req_per_s")
+        row["b_over_a"] = round(b / a, 3) if a and b else None
+        med[c] = row
+    return med
+
+
 def scenario_overload(url, payloads, args, headers) -> dict:
     info = httpx.get(url + "/v1/info", headers=headers, timeout=10).json()
     limit = info["limits"]["queue_size"]
@@ -289,6 +348,19 @@ def markdown(res: dict) -> str:
                 f"(median of {len(b['on'])} alternating round(s); p50 on/off "
                 f"{statistics.median(r['p50_ms'] for r in b['on'])} / "
                 f"{statistics.median(r['p50_ms'] for r in b['off'])} ms)", ""]
+    if "ab" in res and res["ab"].get("median"):
+        ab = res["ab"]
+        out += [f"A: `{ab['a_args']}`; B: `{ab['b_args']}` {ab['b_env'] or ''} (median of the "
+                f"rounds; ready after A {ab['ready_s'].get('A')} s, B {ab['ready_s'].get('B')} s, "
+                "started side by side)", "",
+                "| concurrency | A req/s | B req/s | B / A | A p50 / p95 ms | B p50 / p95 ms |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for c, r in ab["median"].items():
+            a, b = r.get("A", {}), r.get("B", {})
+            out.append(f"| {c} | {a.get('req_per_s')} | {b.get('req_per_s')} | {r['b_over_a']} | "
+                       f"{a.get('p50_ms')} / {a.get('p95_ms')} | {b.get('p50_ms')} / "
+                       f"{b.get('p95_ms')} |")
+        out.append("")
     if "overload" in res:
         o = res["overload"]
         out += [f"Overload: {o['concurrency']} clients, queue {o['queue_size']}: {o['requests']} requests, "
@@ -322,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=240, help="time cap per run")
     ap.add_argument("--pause-s", type=float, default=0,
                     help="sweep: seconds without requests before each concurrency level")
+    ap.add_argument("--ab-args", default="", help="ab: server B's options beyond --server-args")
+    ap.add_argument("--ab-env", default="", help="ab: server B's environment, 'KEY=VAL ...'")
     ap.add_argument("--batch-concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2, help="alternating on/off rounds")
     ap.add_argument("--batch-small", action="store_true",
@@ -383,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
                 res["ready_info"] = servers["batch"].ready_info
             res["sweep"] = {}
             scenario_sweep(url, payloads, args, headers, res["sweep"])
+        if "ab" in scenarios and not args.url:
+            res["ab"] = start_ab(args, base, log_dir, servers)
+            urls = {name: servers[name].url for name in ("A", "B")}
+            scenario_ab(urls, payloads, args, headers, res["ab"])
+            for name in ("A", "B"):
+                servers.pop(name).stop()
         if "batching" in scenarios and (not args.url or args.url_nobatch):
             on, off = server("batch", []), server("nobatch", ["--no-batching"])
             res["batching"] = scenario_batching(on, off, payloads, args, headers)
