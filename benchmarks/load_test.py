@@ -393,11 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=8, help="warm-up requests before measuring")
     ap.add_argument("--max-seconds", type=float, default=240, help="time cap per run")
     ap.add_argument("--pause-s", type=float, default=0,
-                    help="sweep: seconds without requests before each concurrency level")
+                    help="sweep, ab: seconds without requests before each level (each run, ab)")
     ap.add_argument("--ab-args", default="", help="ab: server B's options beyond --server-args")
     ap.add_argument("--ab-env", default="", help="ab: server B's environment, 'KEY=VAL ...'")
     ap.add_argument("--batch-concurrency", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2, help="alternating on/off rounds")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="batching: alternating on/off rounds; ab: rounds of A B / B A")
     ap.add_argument("--batch-small", action="store_true",
                     help="also compare batching on the small images (--small-max-side)")
     ap.add_argument("--overload-queue", type=int, default=8, help="queue of the overload server")
