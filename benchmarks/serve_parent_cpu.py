@@ -19,14 +19,13 @@ import asyncio
 import json
 import os
 import shlex
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from load_test import Server  # the same server start as the load tool (benchmarks/ on sys.path)
+
 DEFAULT_ARGS = ("--runtime torch --device cpu --gpu-pipeline --engine-process --det-limit 736 "
-                "--timeout 3600 --no-access-log --log-level warning")
+                "--timeout 3600")
 
 
 async def load(url: str, blobs: list[tuple[str, bytes]], n: int, conc: int
@@ -66,54 +65,25 @@ def _children_cpu(parent) -> float:  # noqa: ANN001
     return total
 
 
-def _start(args: argparse.Namespace, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if args.src:
-        env["PYTHONPATH"] = str(Path(args.src).resolve())
-    cmd = [sys.executable, "-m", "ocrforge.cli", "serve", "--host", "127.0.0.1", "--port",
-           str(port), *shlex.split(args.server_args)]
-    return subprocess.Popen(cmd, env=env)
-
-
-def _wait_ready(url: str, proc: subprocess.Popen) -> None:
-    import httpx
-
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            r = httpx.get(url + "/readyz", timeout=2)
-            if r.status_code == 200:
-                return
-            if r.json().get("status") == "failed":
-                raise RuntimeError(f"server failed to load: {r.json().get('error')}")
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server not ready in 600 s")
-
-
 def measure(args: argparse.Namespace) -> dict:
     import psutil
 
     images = sorted(p for p in Path(args.images).iterdir()
                     if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     blobs = [(p.name, p.read_bytes()) for p in images]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    proc = _start(args, port)
+    env = {"PYTHONPATH": str(Path(args.src).resolve())} if args.src else None
+    server = Server(shlex.split(args.server_args), "parent-cpu",
+                    Path(os.environ.get("TMPDIR", "/tmp")), env)
     try:
-        _wait_ready(url, proc)
+        server.wait_ready()
+        url = server.url
         asyncio.run(load(url, blobs, 2 * args.concurrency, args.concurrency))  # warm-up
-        ps = psutil.Process(proc.pid)
+        ps = psutil.Process(server.proc.pid)
         p0, c0 = _cpu(ps), _children_cpu(ps)
         wall, status = asyncio.run(load(url, blobs, args.requests, args.concurrency))
         p1, c1 = _cpu(ps), _children_cpu(ps)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        server.stop()
     n = args.requests
     return {"src": args.src or "installed", "requests": n, "status": status,
             "concurrency": args.concurrency, "requests_per_s": round(n / wall, 2),
